@@ -1,0 +1,238 @@
+"""Slurm: `#SBATCH` directives, `sbatch --parsable`, one `squeue` for many jobs, `sacct` for the final word.
+
+Times are asked for as epoch seconds (SLURM_TIME_FORMAT=%s), so the cluster's time zone never matters.
+Accounting is `sacct` against slurmdbd by default; `{"accounting": "jobcomp"}` reads the job-completion log
+(`sacct -c`) on clusters without slurmdbd.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from backends.base import (
+    SCRIPT_FILE,
+    Backend,
+    BackendError,
+    JobRecord,
+    JobSpec,
+    JobStatus,
+    State,
+    SubmitRefused,
+)
+from backends.safety import check_job_name, check_mapping, validate_spec
+from backends.script import Dialect, assemble, hms, recorded_id_command, render_body, staged_command, staging_archive
+
+_PENDING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
+_RUNNING = {"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING", "STAGE_OUT"}
+_STATES = {
+    **{s: State.PENDING for s in _PENDING},
+    **{s: State.RUNNING for s in _RUNNING},
+    "COMPLETED": State.COMPLETED,
+    "FAILED": State.FAILED,
+    "NODE_FAIL": State.FAILED,
+    "BOOT_FAIL": State.FAILED,
+    "OUT_OF_MEMORY": State.FAILED,
+    "DEADLINE": State.TIMED_OUT,
+    "PREEMPTED": State.FAILED,
+    "REVOKED": State.FAILED,
+    "CANCELLED": State.CANCELLED,
+    "TIMEOUT": State.TIMED_OUT,
+}
+_ID_RE = re.compile(r"^\d+(_\d+)?$")
+SACCT_FIELDS = "JobID,JobName,State,ExitCode,Start,End,ElapsedRaw,NNodes,AllocTRES,Account,Partition"
+# The job-completion log has no TRES (and Slurm 22.05's `sacct -c` crashes when asked for AllocTRES).
+JOBCOMP_FIELDS = SACCT_FIELDS.replace(",AllocTRES", "")
+
+
+def slurm_walltime(seconds: int) -> str:
+    days, rest = divmod(int(seconds), 86400)
+    return f"{days}-{hms(rest)}" if days else hms(rest)
+
+
+def _epoch(value: str) -> datetime | None:
+    value = value.strip()
+    if not value.isdigit() or value == "0":
+        return None
+    return datetime.fromtimestamp(int(value), UTC)
+
+
+def _check_ids(ids: Sequence[str]) -> list[str]:
+    bad = [i for i in ids if not _ID_RE.match(i)]
+    if bad:
+        raise BackendError(f"not Slurm job ids: {bad!r}")
+    return list(ids)
+
+
+class SlurmBackend(Backend):
+    kind = "slurm"
+    directive_prefix = "#SBATCH"
+    dialect = Dialect(
+        hosts_command='scontrol show hostnames "$SLURM_JOB_NODELIST"',
+        job_id_var="SLURM_JOB_ID",
+        multi_node_prefix="srun",
+    )
+
+    # ------------------------------------------------------------------------------------------- rendering
+
+    def directives(self, spec: JobSpec) -> list[str]:
+        res = spec.resources
+        mapping = check_mapping(res.mapping)
+        lines = [
+            f"--job-name={check_job_name(spec.name)}",
+            "--output=stdout.log",
+            "--error=stderr.log",
+            f"--time={slurm_walltime(spec.walltime_seconds)}",
+            f"--nodes={res.nodes}",
+            f"--ntasks-per-node={spec.procs}",
+        ]
+        if res.cpus_per_node:
+            lines.append(f"--cpus-per-task={max(1, res.cpus_per_node // spec.procs)}")
+        if partition := mapping.get("partition") or self.settings.get("partition"):
+            lines.append(f"--partition={partition}")
+        if spec.group:
+            lines.append(f"--account={spec.group}")
+        if qos := mapping.get("qos"):
+            lines.append(f"--qos={qos}")
+        if gres := mapping.get("gres"):
+            lines.append(f"--gres={gres}")
+        elif res.gpus_per_node:
+            gpu = f"gpu:{res.gpu_type}:{res.gpus_per_node}" if res.gpu_type else f"gpu:{res.gpus_per_node}"
+            lines.append(f"--gres={gpu}")
+        if res.memory_gb:
+            lines.append(f"--mem={res.memory_gb}G")
+        if constraint := mapping.get("constraint"):
+            lines.append(f"--constraint={constraint}")
+        if spec.array is not None:
+            lines.append(f"--array={spec.array[0]}-{spec.array[1]}")
+        return [f"#SBATCH {line}" for line in lines]
+
+    def render(self, spec: JobSpec) -> str:
+        validate_spec(spec)
+        return assemble("#!/bin/bash", self.directives(spec), render_body(spec, self.dialect))
+
+    # ------------------------------------------------------------------------------------------ submitting
+
+    def submit_command(self, spec: JobSpec) -> list[str]:
+        return ["sbatch", "--parsable", SCRIPT_FILE]
+
+    def submit(self, spec: JobSpec, script: str | None = None) -> str:
+        script = script if script is not None else self.render(spec)
+        command = staged_command(spec.workdir, shlex.join(self.submit_command(spec)))
+        result = self.transport.run_shell(command, stdin=staging_archive(spec, script))
+        if not result.ok:
+            message = result.message
+            if "sbatch: error" in message or "Batch job submission failed" in message:
+                raise SubmitRefused(_sbatch_error(message))
+            raise BackendError(f"sbatch failed (exit {result.exit_status}): {message}")
+        job_id = result.stdout.strip().splitlines()[-1].split(";")[0]
+        if not _ID_RE.match(job_id):
+            raise BackendError(f"sbatch printed no job id: {result.stdout!r}")
+        return job_id
+
+    def find(self, spec: JobSpec) -> str | None:
+        name = shlex.quote(check_job_name(spec.name))
+        command = (
+            f"{recorded_id_command(spec.workdir)}; "
+            f"squeue -h -t all -n {name} -o %i 2>/dev/null; "
+            f"SLURM_TIME_FORMAT=%s sacct -n -X -P --name {name} -S now-30days -o JobID 2>/dev/null; true"
+        )
+        result = self.transport.run_shell(command)
+        for line in result.stdout.split():
+            candidate = line.split(";")[0].strip()
+            if _ID_RE.match(candidate):
+                return candidate
+        return None
+
+    def cancel(self, scheduler_id: str) -> None:
+        (job_id,) = _check_ids([scheduler_id])
+        result = self.transport.run(["scancel", job_id])
+        if not result.ok and "Invalid job id" not in result.message:
+            raise BackendError(f"scancel {job_id} failed: {result.message}")
+
+    # ------------------------------------------------------------------------------------------- tracking
+
+    def statuses(self, scheduler_ids: Sequence[str]) -> dict[str, JobStatus]:
+        ids = _check_ids(scheduler_ids)
+        if not ids:
+            return {}
+        # `-t all` keeps recently finished jobs (MinJobAge) so their end is seen; `%r` is the pending reason.
+        fmt = "%i|%T|%r"
+        result = self.transport.run_shell(f"squeue -h -t all -j {','.join(ids)} -o {shlex.quote(fmt)}")
+        if not result.ok:
+            if "Invalid job id" not in result.message:
+                raise BackendError(f"squeue failed: {result.message}")
+            # One purged id makes squeue refuse the whole list: ask for everything and filter.
+            result = self.transport.run_shell(f"squeue -h -t all -o {shlex.quote(fmt)}")
+            if not result.ok:
+                raise BackendError(f"squeue failed: {result.message}")
+        wanted = set(ids)
+        statuses: dict[str, JobStatus] = {}
+        for line in result.stdout.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) < 3 or parts[0] not in wanted:
+                continue
+            job_id, raw_state, reason = parts[0], parts[1].split()[0], parts[2]
+            state = _STATES.get(raw_state, State.RUNNING)
+            statuses[job_id] = JobStatus(job_id, state, "" if reason in {"None", "(null)"} else reason)
+        return statuses
+
+    def final_records(self, scheduler_ids: Sequence[str]) -> dict[str, JobRecord]:
+        ids = _check_ids(scheduler_ids)
+        if not ids:
+            return {}
+        jobcomp = self.settings.get("accounting") == "jobcomp"
+        fields = JOBCOMP_FIELDS if jobcomp else SACCT_FIELDS
+        command = f"SLURM_TIME_FORMAT=%s sacct {'-c' if jobcomp else '-X'} -n -P -j {','.join(ids)} -o {fields}"
+        result = self.transport.run_shell(command)
+        if not result.ok:
+            raise BackendError(f"sacct failed: {result.message}")
+        return parse_sacct(result.stdout, set(ids), fields)
+
+
+def parse_sacct(text: str, wanted: set[str], field_list: str = SACCT_FIELDS) -> dict[str, JobRecord]:
+    records: dict[str, JobRecord] = {}
+    fields = field_list.split(",")
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) != len(fields):
+            continue
+        row = dict(zip(fields, parts, strict=True))
+        job_id = row["JobID"]
+        if job_id not in wanted:
+            continue
+        raw_state = row["State"].split()[0] if row["State"] else ""
+        state = _STATES.get(raw_state)
+        if state is None or not state.is_final:
+            continue  # still running according to accounting: the queue is the better source
+        code, _, signal = row["ExitCode"].partition(":")
+        exit_code = int(code) if code.isdigit() else None
+        if exit_code == 0 and signal.isdigit() and int(signal):
+            exit_code = 128 + int(signal)
+        reason = {
+            State.TIMED_OUT: "walltime exceeded (Slurm TIMEOUT)",
+            State.CANCELLED: row["State"].lower(),
+            State.FAILED: f"{raw_state.lower().replace('_', ' ')}, exit code {exit_code}",
+        }.get(state, "")
+        elapsed = int(row["ElapsedRaw"]) if row["ElapsedRaw"].isdigit() else None
+        nodes = int(row["NNodes"]) if row["NNodes"].isdigit() else None
+        records[job_id] = JobRecord(
+            scheduler_id=job_id,
+            state=state,
+            exit_code=exit_code,
+            started_at=_epoch(row["Start"]),
+            ended_at=_epoch(row["End"]),
+            elapsed_seconds=elapsed,
+            nodes=nodes,
+            reason=reason,
+            raw=row,
+        )
+    return records
+
+
+def _sbatch_error(message: str) -> str:
+    """The scheduler's own words, without the tool's prefixes."""
+    lines = [line.replace("sbatch: error:", "").strip() for line in message.splitlines() if line.strip()]
+    return "; ".join(lines) or message

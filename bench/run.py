@@ -1,0 +1,165 @@
+"""How much the portal adds on top of the raw scheduler command: ratios, not absolute timings.
+
+Run with `make bench` (the loopback test cluster must be up; `make bench` starts it). For each scheduler:
+
+- raw:      the scheduler's own submit command over one reused SSH connection (what a person's `ssh + sbatch`
+            costs without the connection setup),
+- backend:  `Backend.submit` — staging the job directory (tar over stdin) and submitting, same connection,
+- portal:   the whole path after a web request: validate + render + record + reserve (PostgreSQL), then
+            dispatch (lease, submit, compare-and-swap) — everything but the queue hop,
+- web:      the web request alone (what a researcher waits for after Run): validate, render, record, enqueue.
+
+and for status: one raw `squeue`/`qstat` for N jobs vs one tracking cycle (`track_cluster`) for the same N.
+Results are printed and written to bench/results.md (the README quotes them).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+os.environ.setdefault("CELERY_TASK_ALWAYS_EAGER", "0")
+
+REPEATS = int(os.environ.get("BENCH_REPEATS", "30"))
+TRACK_JOBS = int(os.environ.get("BENCH_TRACK_JOBS", "100"))
+
+
+def timed(fn, repeats: int = REPEATS) -> list[float]:
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1000
+
+
+def main() -> int:
+    import django
+
+    django.setup()
+    from django.db import connection
+    from django.test.utils import setup_test_environment
+
+    setup_test_environment()
+    db_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
+    try:
+        return _run(db_name)
+    finally:
+        from backends.transport import SSHTransport
+
+        SSHTransport.close_all()
+        connection.creation.destroy_test_db(db_name, verbosity=0)
+
+
+def _run(db_name: str) -> int:
+    from decimal import Decimal
+
+    from django.contrib.auth import get_user_model
+
+    import portal.jobs.actions as job_actions
+    import portal.jobs.tracking as job_tracking
+    from portal.budgets.models import Budget
+    from portal.catalog.models import HardwareType
+    from portal.clusters.actions import generate_key_pair
+    from portal.clusters.connect import account_for, backend_for
+    from portal.clusters.loopback import DEFAULT_STATE, install_public_key, register_clusters
+    from portal.clusters.models import ClusterAccount
+    from portal.jobs.models import Job
+    from portal.jobs.specs import build_spec
+    from portal.projects.models import Membership, Project, Role
+
+    user = get_user_model().objects.create_user("alice", "alice@example.org", "x")
+    project = Project.objects.create(slug="bench", name="Bench")
+    Membership.objects.create(user=user, project=project, role=Role.OWNER)
+    Budget.objects.create(project=project, amount=Decimal("1000000"), unit="points", strict=True)
+    clusters = register_clusters(DEFAULT_STATE, project)
+    private, public = generate_key_pair("kakehashi-bench:alice")
+    install_public_key("alice", public)
+    for cluster in clusters.values():
+        account = ClusterAccount(cluster=cluster, user=user, username="alice", public_key=public)
+        account.set_private_key(private)
+        account.save()
+    # The bench measures the request path itself, not the broker: keep dispatch out of it.
+    job_actions._enqueue_dispatch = lambda job_id: None
+
+    rows = []
+    cases = [
+        ("Slurm", "slurm-a100x1", "sbatch --parsable --wrap true -o /dev/null -J raw -p gpu -A kkdemo -t 1 --gres=gpu:a100:1"),
+        ("Grid Engine (TSUBAME)", "tsubame-s-gpu", "qsub -terse -w e -g kkdemo -l s_gpu=1,h_rt=60 -o /dev/null -j y -b y true"),
+    ]
+    for label, hw_slug, raw_command in cases:
+        hardware = HardwareType.objects.get(slug=hw_slug)
+        backend = backend_for(hardware.cluster, account_for(hardware.cluster, user, project))
+        transport = backend.transport
+        transport.run_shell("true")  # open the connection once; every case below reuses it
+        raw = timed(lambda raw_command=raw_command, transport=transport: _ok(transport.run_shell(raw_command)))
+
+        def request(name: str = "bench", hardware=hardware, script: str = "true"):
+            return job_actions.JobRequest(project=project, name=name, script=script, hardware=hardware,
+                                          walltime="00:05:00")
+
+        specs = [build_spec(job_actions.submit_job(user, request()).job) for _ in range(REPEATS)]
+        spec_iter = iter(specs)
+        backend_samples = timed(lambda backend=backend, spec_iter=spec_iter: backend.submit(next(spec_iter)))
+
+        def portal_path(request=request):
+            job = job_actions.submit_job(user, request()).job
+            outcome = job_actions.dispatch_job(job.pk)
+            assert outcome.status == "submitted", outcome
+
+        portal_samples = timed(portal_path)
+        web_samples = timed(lambda request=request: job_actions.submit_job(user, request()))
+        rows.append((label, ms(raw), ms(backend_samples), ms(portal_samples), ms(web_samples)))
+
+        # Tracking: N active jobs, one cycle, against one raw status command for the same ids.
+        Job.objects.filter(cluster=hardware.cluster).exclude(scheduler_id="").update(state="cancelled")
+        tracked = []
+        for _ in range(TRACK_JOBS):
+            job = job_actions.submit_job(user, request(script="sleep 300")).job
+            job_actions.dispatch_job(job.pk)
+            tracked.append(Job.objects.get(pk=job.pk))
+        ids = [job.scheduler_id for job in tracked]
+        raw_status = "squeue -h -t all -j " + ",".join(ids) if "Slurm" in label else "qstat -xml -u '*'"
+        raw_track = timed(lambda raw_status=raw_status, transport=transport: _ok(transport.run_shell(raw_status)), 10)
+        report = job_tracking.track_cluster(hardware.cluster.pk)
+        assert report.queried == TRACK_JOBS and not report.error, report
+        portal_track = timed(lambda cluster=hardware.cluster: job_tracking.track_cluster(cluster.pk), 10)
+        rows.append((f"{label}: status of {TRACK_JOBS} jobs", ms(raw_track), None, ms(portal_track), None))
+        for job_id in ids:
+            backend.cancel(job_id)
+
+    lines = [
+        f"Median of {REPEATS} runs (status: 10), one reused SSH connection, loopback test cluster, "
+        f"{time.strftime('%Y-%m-%d')}.",
+        "",
+        "| Case | raw command | Backend.submit | portal (record + dispatch) | web request only |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for label, raw_ms, backend_ms, portal_ms, web_ms in rows:
+        def cell(value, raw_ms=raw_ms):
+            return "—" if value is None else f"{value:.1f} ms (×{value / raw_ms:.2f})"
+        lines.append(f"| {label} | {raw_ms:.1f} ms | {cell(backend_ms)} | {cell(portal_ms)} | {cell(web_ms)} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    (ROOT / "bench" / "results.md").write_text(text)
+    return 0
+
+
+def _ok(result):
+    if not result.ok:
+        raise RuntimeError(result.message)
+    return result
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

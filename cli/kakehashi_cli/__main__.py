@@ -1,0 +1,3 @@
+from kakehashi_cli.main import main
+
+main()

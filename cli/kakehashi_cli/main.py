@@ -1,0 +1,484 @@
+"""kakehashi — submit and follow jobs on a Kakehashi portal.
+
+Exit codes: 0 done, 2 wrong usage (or a local file that cannot be used), 3 the portal refused (the message says
+why), 4 the portal could not be reached. Human output by default; --json prints the API's answers for scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import re
+import sys
+import time
+import uuid
+from typing import Any
+
+from kakehashi_cli import __version__, config
+from kakehashi_cli.client import ApiError, BadAddress, Client, ConnectionFailed
+
+EXIT_OK, EXIT_USAGE, EXIT_REFUSED, EXIT_CONNECTION = 0, 2, 3, 4
+FINAL_STATES = {"completed", "failed", "cancelled", "timed_out"}
+API = "/api/v1"
+
+
+class UsageError(Exception):
+    """Something on this side is wrong: a missing file, a bad option value, no login yet."""
+
+
+class Refused(Exception):
+    """The portal's data does not allow what was asked (e.g. no hardware matches --gpus)."""
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+
+def _client(args: argparse.Namespace) -> Client:
+    settings = config.resolve()
+    url, token = settings["url"], settings["token"]
+    if not url or not token:
+        raise UsageError("not logged in: run  kakehashi login --url https://portal.example --token kh_…  "
+                         "(or set KAKEHASHI_URL and KAKEHASHI_TOKEN)")
+    return Client(url, token, timeout=args.timeout)
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def _when(value: str | None) -> str:
+    # "2026-05-01T12:34:56.123456Z" -> "2026-05-01 12:34"
+    return value.replace("T", " ")[:16] if value else "-"
+
+
+def _money(value: dict[str, str] | None) -> str:
+    if not value:
+        return "-"
+    return f"{float(value['amount']):.2f} {value['unit']}"
+
+
+def _table(rows: list[list[str]], headers: list[str]) -> str:
+    widths = [max(len(str(row[i])) for row in [headers, *rows]) for i in range(len(headers))]
+    lines = ["  ".join(str(cell).ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in [headers, *rows]]
+    return "\n".join(lines)
+
+
+def _job_lines(job: dict[str, Any]) -> str:
+    lines = [
+        ("job", f"{job['id']}  {job['name']}"),
+        ("state", job["state"] + (f"  ({job['state_reason']})" if job.get("state_reason") else "")),
+        ("project", job["project"]),
+        ("hardware", f"{job.get('hardware') or '-'} on {job['cluster']}, {job['nodes']} node(s)"),
+        ("walltime", job["walltime"]),
+        ("scheduler id", job.get("scheduler_id") or "-"),
+        ("exit code", "-" if job.get("exit_code") is None else str(job["exit_code"])),
+        ("estimate", _money(job.get("estimate"))),
+        ("cost", _money(job.get("cost"))),
+        ("created", _when(job.get("created_at"))),
+        ("started", _when(job.get("started_at"))),
+        ("ended", _when(job.get("ended_at"))),
+    ]
+    if job.get("url"):
+        lines.append(("page", job["url"]))
+    return "\n".join(f"{key:>12}: {value}" for key, value in lines)
+
+
+def _parse_value(text: str) -> Any:
+    """-p values: JSON when they parse (3, 0.01, true, [1,2], "x"), plain strings otherwise."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _pairs(items: list[str], what: str) -> dict[str, str]:
+    result = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{what} {item!r}: write NAME=VALUE")
+        result[key] = value
+    return result
+
+
+def _default_name(path: str) -> str:
+    stem = os.path.splitext(os.path.basename(path))[0]
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-._")
+    if not name or not name[0].isalpha():
+        name = "job-" + name if name else "job"
+    return name[:40]
+
+
+# ---------------------------------------------------------------------------------------------- commands
+
+
+def cmd_login(args: argparse.Namespace) -> int:
+    url = args.url or os.environ.get("KAKEHASHI_URL") or config.load().get("url")
+    if not url:
+        raise UsageError("give the portal's address: kakehashi login --url https://portal.example --token kh_…")
+    token = args.token or os.environ.get("KAKEHASHI_TOKEN")
+    if not token:
+        # Not on the command line by default: that would leave the token in the shell's history.
+        token = getpass.getpass("API token: ") if sys.stdin.isatty() else sys.stdin.readline()
+    token = token.strip()
+    if not token:
+        raise UsageError("no token given (create one under Settings → API tokens in the portal)")
+    me = Client(url, token, timeout=args.timeout).get(f"{API}/me/")  # refuses a bad token before it is saved
+    path = config.save(url.rstrip("/"), token)
+    if args.json:
+        _print_json({"url": url.rstrip("/"), "config": path, "user": me})
+    else:
+        scopes = ", ".join((me.get("token") or {}).get("scopes") or [])
+        print(f"Logged in to {url.rstrip('/')} as {me['username']} (scopes: {scopes}). Saved to {path}.")
+    return EXIT_OK
+
+
+def _pick_hardware(client: Client, args: argparse.Namespace) -> str | None:
+    """--hardware as given, or the cheapest hardware of the project matching --gpus MODEL:COUNT."""
+    if args.hardware:
+        return args.hardware
+    options = list(client.paginate(f"{API}/hardware/", project=args.project))
+    if not args.gpus:
+        if len(options) == 1:
+            return options[0]["slug"]
+        raise UsageError(
+            "choose the hardware with --gpus MODEL:COUNT (e.g. --gpus a100:8) or --hardware SLUG; "
+            f"project {args.project} may use: " + (", ".join(_describe(hw) for hw in options) or "nothing yet")
+        )
+    model, count = _parse_gpus(args.gpus)
+    fits = [
+        hw for hw in options
+        if hw["gpus_per_node"] == count and (model is None or hw["gpu_model"].lower() == model.lower())
+        and hw["max_nodes"] >= args.nodes
+    ]
+    if not fits:
+        wanted = f"{count}×{(model or 'any GPU').upper()} per node" + (f" for {args.nodes} nodes" if args.nodes > 1 else "")
+        raise Refused(
+            f"no hardware of project {args.project} has {wanted}; it may use: "
+            + (", ".join(_describe(hw) for hw in options) or "nothing yet")
+        )
+
+    def price(hw: dict[str, Any]) -> float:
+        # The API prices each node-hour in the project's budget unit; without a conversion it is unknown.
+        value = hw.get("price_per_node_hour")
+        return float(value["amount"]) if value else float("inf")
+
+    return min(fits, key=lambda hw: (price(hw), hw["slug"]))["slug"]
+
+
+def _parse_gpus(text: str):
+    model, sep, count = text.rpartition(":")
+    if not sep:
+        model, count = "", text
+    try:
+        number = int(count)
+    except ValueError:
+        raise UsageError(f"--gpus {text!r}: write MODEL:COUNT, e.g. a100:8 (or just a count: 8)") from None
+    if number < 0:
+        raise UsageError("--gpus: the count cannot be negative")
+    return (model or None), number
+
+
+def _describe(hw: dict[str, Any]) -> str:
+    gpus = f"{hw['gpus_per_node']}×{(hw['gpu_model'] or 'GPU').upper()}" if hw["gpus_per_node"] else f"{hw['cpus_per_node']} CPUs"
+    price = hw.get("price_per_node_hour")
+    cost = f", {float(price['amount']):.2f} {price['unit']}/node-h" if price else ""
+    return f"{hw['slug']} ({gpus}, up to {hw['max_nodes']} node(s){cost})"
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    if not args.project:
+        raise UsageError("give the project: --project SLUG (or set KAKEHASHI_PROJECT)")
+    try:
+        with open(args.file, encoding="utf-8") as handle:
+            text = handle.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {args.file}: {exc}") from None
+    client = _client(args)
+    body: dict[str, Any] = {
+        "project": args.project,
+        "name": args.name or _default_name(args.file),
+        "hardware": _pick_hardware(client, args),
+        "nodes": args.nodes,
+        "walltime": args.walltime,
+        "launcher": args.launcher,
+        "env": _pairs(args.env, "--env"),
+        "dry_run": args.dry_run,
+    }
+    if args.software:
+        body["software"] = args.software
+    if args.file.endswith(".ipynb"):
+        try:
+            body["notebook"] = json.loads(text)
+        except ValueError as exc:
+            raise UsageError(f"{args.file} is not a notebook (not valid JSON: {exc})") from None
+        body["parameters"] = {key: _parse_value(value) for key, value in _pairs(args.param, "-p").items()}
+    else:
+        if args.param:
+            raise UsageError("-p parameters are for notebooks (.ipynb); pass settings to a script with --env NAME=VALUE")
+        body["script"] = text
+    # One key per invocation: if the connection drops after the portal recorded the job, the retry below gets
+    # that same job back instead of submitting a second one.
+    key = args.idempotency_key or str(uuid.uuid4())
+    for attempt in range(3):
+        try:
+            status, answer = client.post(f"{API}/jobs/", body, headers={"Idempotency-Key": key})
+            break
+        except ConnectionFailed:
+            if attempt == 2 or args.dry_run:
+                raise
+            time.sleep(2 * (attempt + 1))
+    if args.json:
+        _print_json(answer)
+    elif args.dry_run:
+        print(answer["script"].rstrip("\n"))
+        print(f"\n# dry run: nothing was submitted. Estimate: {_money(answer.get('estimate'))}", end="")
+        budget = answer.get("budget")
+        if budget:
+            print(f"; {float(budget['available']):.2f} {budget['unit']} available, "
+                  f"{float(budget['after']):.2f} after this job" + ("" if budget["fits"] else " — the budget would refuse it"), end="")
+        print()
+    else:
+        verb = "Submitted" if answer.get("created") else "Already submitted (same idempotency key)"
+        print(f"{verb} job {answer['id']} ({answer['name']}) in {answer['project']} on {answer['hardware'] or answer['cluster']}: "
+              f"{answer['state']}. Estimate {_money(answer.get('estimate'))}.")
+        for warning in answer.get("warnings") or []:
+            print(f"warning: {warning}", file=sys.stderr)
+        print(f"Follow it with: kakehashi logs {answer['id']} -f")
+    return EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    client = _client(args)
+    if args.id is not None:
+        job = client.get(f"{API}/jobs/{args.id}/")
+        _print_json(job) if args.json else print(_job_lines(job))
+        return EXIT_OK
+    page = client.get(f"{API}/jobs/", project=args.project, state=args.state, limit=args.limit)
+    jobs = page["results"]
+    if args.json:
+        _print_json(jobs)
+        return EXIT_OK
+    if not jobs:
+        print("No jobs yet.")
+        return EXIT_OK
+    rows = [
+        [str(j["id"]), j["state"], j["name"], j["project"], j.get("hardware") or j["cluster"], str(j["nodes"]),
+         j["walltime"], _when(j.get("created_at")), _money(j.get("cost") or j.get("estimate"))]
+        for j in jobs
+    ]
+    print(_table(rows, ["ID", "STATE", "NAME", "PROJECT", "HARDWARE", "NODES", "WALLTIME", "CREATED", "COST/EST."]))
+    return EXIT_OK
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    client = _client(args)
+    offset, delay, quiet_since_end = args.offset, 1.0, None
+    out = sys.stdout
+    while True:
+        chunk = client.get(f"{API}/jobs/{args.id}/logs/", stream=args.stream, offset=offset)
+        if args.json:
+            print(json.dumps(chunk, ensure_ascii=False), flush=True)
+        elif chunk["data"]:
+            out.write(chunk["data"])
+            out.flush()
+        offset = chunk["next_offset"]
+        if chunk["complete"] or not args.follow:
+            return EXIT_OK
+        if chunk["data"]:
+            delay, quiet_since_end = 0.2, None  # there may be more right away
+        else:
+            delay = min(max(delay, 0.5) * 1.5, 5.0)
+            if chunk.get("job_state") in FINAL_STATES:
+                # The job ended; its last output is copied to the portal by a worker shortly after.
+                quiet_since_end = quiet_since_end or time.monotonic()
+                if time.monotonic() - quiet_since_end > args.final_wait:
+                    print(f"\nkakehashi: job {args.id} ended ({chunk['job_state']}) but the rest of its output has not "
+                          "reached the portal yet; run this again later", file=sys.stderr)
+                    return EXIT_OK
+        time.sleep(delay)
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    _, job = _client(args).request("POST", f"{API}/jobs/{args.id}/cancel/")
+    if args.json:
+        _print_json(job)
+    elif job["state"] in FINAL_STATES:
+        print(f"Job {job['id']} ({job['name']}) is {job['state']}.")
+    else:
+        print(f"Cancel requested for job {job['id']} ({job['name']}, {job['state']}); the scheduler will stop it shortly.")
+    return EXIT_OK
+
+
+def cmd_upload(args: argparse.Namespace) -> int:
+    if not os.path.isfile(args.path):
+        raise UsageError(f"{args.path} is not a file")
+    dest = args.dest if args.dest is not None else os.path.basename(args.path)
+    fields = {"path": dest}
+    if args.overwrite:
+        fields["overwrite"] = "true"
+    status, stored = _client(args).upload(f"{API}/projects/{args.project}/files/", args.path, fields)
+    if args.json:
+        _print_json(stored)
+    else:
+        verb = "Uploaded" if status == 201 else "Replaced"
+        print(f"{verb} {stored['path']} ({_size(stored['size'])}, sha256 {stored['sha256'][:16]}…) in {stored['project']}.")
+    return EXIT_OK
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def cmd_budget(args: argparse.Namespace) -> int:
+    budget = _client(args).get(f"{API}/projects/{args.project}/budget/")
+    if args.json:
+        _print_json(budget)
+    elif budget["budget"] is None:
+        print(f"Project {budget['project']} has no budget set: jobs are not limited by cost.")
+    else:
+        unit = budget["unit"]
+        kind = "strict" if budget["strict"] else "soft"
+        print(f"Project {budget['project']} ({kind} {budget['period']} budget since {budget['period_start']})")
+        for key in ("budget", "spent", "reserved", "available"):
+            print(f"{key:>10}: {float(budget[key]):>12.2f} {unit}")
+    return EXIT_OK
+
+
+def cmd_projects(args: argparse.Namespace) -> int:
+    projects = list(_client(args).paginate(f"{API}/projects/"))
+    if args.json:
+        _print_json(projects)
+    else:
+        print(_table([[p["slug"], p["role"] or "-", p["name"]] for p in projects], ["PROJECT", "ROLE", "NAME"]))
+    return EXIT_OK
+
+
+def cmd_hardware(args: argparse.Namespace) -> int:
+    hardware = list(_client(args).paginate(f"{API}/hardware/", project=args.project))
+    if args.json:
+        _print_json(hardware)
+    else:
+        print("\n".join(_describe(hw) for hw in hardware) or "No hardware available.")
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------------------------ parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    # SUPPRESS: an option given before the command is not reset by the command's own default.
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the API's JSON answer")
+    common.add_argument("--timeout", type=float, default=argparse.SUPPRESS, help="seconds to wait for the portal (60)")
+
+    parser = argparse.ArgumentParser(
+        prog="kakehashi", parents=[common],
+        description="Run and follow jobs on a Kakehashi portal. Start with: kakehashi login --url URL",
+        epilog="exit codes: 0 ok, 2 usage, 3 refused by the portal, 4 portal unreachable",
+    )
+    parser.add_argument("--version", action="version", version=f"kakehashi {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser("login", parents=[common], help="save the portal's URL and your API token")
+    p.add_argument("--url", help="the portal, e.g. https://kakehashi.example.ac.jp")
+    p.add_argument("--token", help="an API token (kh_…); omit it to be asked (keeps it out of the shell history)")
+    p.set_defaults(func=cmd_login)
+
+    p = sub.add_parser("submit", parents=[common], help="submit a script or a notebook (.ipynb)")
+    p.add_argument("file", help="a shell script, or a Jupyter notebook (.ipynb) to run with papermill")
+    p.add_argument("--project", default=os.environ.get("KAKEHASHI_PROJECT"), help="project slug ($KAKEHASHI_PROJECT)")
+    p.add_argument("--gpus", help="MODEL:COUNT per node, e.g. a100:8: the cheapest matching hardware is chosen")
+    p.add_argument("--hardware", help="hardware slug (instead of --gpus)")
+    p.add_argument("--software", help="software slug (container image or modules)")
+    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--walltime", default="01:00:00", help="HH:MM:SS, 90m, 2h, 1d (default 01:00:00)")
+    p.add_argument("--name", help="job name (default: from the file name)")
+    p.add_argument("--launcher", choices=["script", "torchrun", "mpirun"], default="script")
+    p.add_argument("--env", action="append", metavar="NAME=VALUE", help="environment variable for the job (repeatable)")
+    p.add_argument("-p", "--param", action="append", metavar="NAME=VALUE",
+                   help="notebook parameter; VALUE is JSON when it parses (0.01, 3, true), else a string")
+    p.add_argument("--dry-run", action="store_true", help="show the job script and the estimate; submit nothing")
+    p.add_argument("--idempotency-key", help="repeat a submit safely: the same key never submits twice")
+    p.set_defaults(func=cmd_submit)
+
+    p = sub.add_parser("status", parents=[common], help="one job, or a table of recent jobs")
+    p.add_argument("id", nargs="?", type=int)
+    p.add_argument("--project")
+    p.add_argument("--state", help="e.g. running or running,pending")
+    p.add_argument("--limit", type=int, default=20)
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("logs", parents=[common], help="a job's output")
+    p.add_argument("id", type=int)
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job has ended")
+    p.add_argument("--stream", choices=["stdout", "stderr"], default="stdout")
+    p.add_argument("--offset", type=int, default=0, help="start at this byte")
+    p.add_argument("--final-wait", type=float, default=60.0, help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_logs)
+
+    p = sub.add_parser("cancel", parents=[common], help="cancel a job")
+    p.add_argument("id", type=int)
+    p.set_defaults(func=cmd_cancel)
+
+    p = sub.add_parser("upload", parents=[common], help="upload a file to a project's shared storage")
+    p.add_argument("path", help="the local file")
+    p.add_argument("--project", required=True)
+    p.add_argument("--dest", help="path in the project (default: the file's name; ending in / = into that folder)")
+    p.add_argument("--overwrite", action="store_true", help="replace a file already at that path")
+    p.set_defaults(func=cmd_upload)
+
+    p = sub.add_parser("budget", parents=[common], help="a project's budget: spent, reserved, available")
+    p.add_argument("project")
+    p.set_defaults(func=cmd_budget)
+
+    p = sub.add_parser("projects", parents=[common], help="your projects and roles")
+    p.set_defaults(func=cmd_projects)
+
+    p = sub.add_parser("hardware", parents=[common], help="hardware you may use (cheapest first with --project)")
+    p.add_argument("--project")
+    p.set_defaults(func=cmd_hardware)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.json = getattr(args, "json", False)
+    args.timeout = getattr(args, "timeout", 60.0)
+    try:
+        code = args.func(args)
+    except (UsageError, BadAddress) as exc:
+        print(f"kakehashi: {exc}", file=sys.stderr)
+        code = EXIT_USAGE
+    except config.ConfigError as exc:
+        print(f"kakehashi: {exc}", file=sys.stderr)
+        code = EXIT_USAGE
+    except Refused as exc:
+        print(f"kakehashi: {exc}", file=sys.stderr)
+        code = EXIT_REFUSED
+    except ApiError as exc:
+        hint = ""
+        if exc.status == 401:
+            hint = " (check the token, or run kakehashi login again)"
+        field = f" [{exc.field}]" if exc.field else ""
+        print(f"kakehashi: refused ({exc.status} {exc.code}){field}: {exc.detail}{hint}", file=sys.stderr)
+        code = EXIT_REFUSED
+    except ConnectionFailed as exc:
+        print(f"kakehashi: {exc}", file=sys.stderr)
+        code = EXIT_CONNECTION
+    except KeyboardInterrupt:
+        code = 130
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

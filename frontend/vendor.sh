@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Copy the built files of the pinned front-end libraries into static/vendor. The copies are committed, so
+# running the portal (and CI) needs no node; run this (`make vendor`) only when package.json changes.
+# axe-core goes to tests/browser/vendor instead: the browser tests inject it, the portal never serves it.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out="$here/../static/vendor"
+cd "$here"
+npm ci --no-audit --no-fund >/dev/null
+rm -rf "$out" && mkdir -p "$out/bootstrap" "$out/bootstrap-icons/fonts" "$out/htmx" "$out/chartjs"
+cp node_modules/bootstrap/dist/css/bootstrap.min.css node_modules/bootstrap/dist/js/bootstrap.bundle.min.js "$out/bootstrap/"
+cp node_modules/bootstrap-icons/font/bootstrap-icons.min.css "$out/bootstrap-icons/"
+cp node_modules/bootstrap-icons/font/fonts/bootstrap-icons.woff2 node_modules/bootstrap-icons/font/fonts/bootstrap-icons.woff "$out/bootstrap-icons/fonts/"
+cp node_modules/htmx.org/dist/htmx.min.js "$out/htmx/"
+cp node_modules/chart.js/dist/chart.umd.min.js "$out/chartjs/"
+# axe-core is for the browser tests only (tests/browser/vendor; never served by the portal).
+axe="$here/../tests/browser/vendor"
+mkdir -p "$axe"
+cp node_modules/axe-core/axe.min.js "$axe/"
+cp node_modules/axe-core/LICENSE "$axe/axe-core-LICENSE.txt"
+cp node_modules/axe-core/LICENSE-3RD-PARTY.txt "$axe/axe-core-LICENSE-3RD-PARTY.txt"
+for pkg in bootstrap bootstrap-icons htmx.org chart.js; do
+  printf '%s %s\n' "$pkg" "$(node -p "require('./node_modules/$pkg/package.json').version")"
+done > "$out/VERSIONS"
+cat "$out/VERSIONS"

@@ -1,0 +1,62 @@
+"""Create the demo installation `make run` shows: accounts, a project with a budget, the local cluster."""
+
+from decimal import Decimal
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from portal.budgets.models import Budget
+from portal.catalog.defaults import ensure_default_presets
+from portal.catalog.models import HardwareType, Software
+from portal.clusters.models import Allocation, Cluster, Kind
+from portal.projects.models import Membership, Project, Role
+
+DEMO_USER, DEMO_PASSWORD = "demo", "kakehashi-demo"
+ADMIN_USER, ADMIN_PASSWORD = "admin", "kakehashi-admin"
+
+
+class Command(BaseCommand):
+    help = "Create (or update) the demo accounts, project, budget and local cluster."
+
+    @transaction.atomic
+    def handle(self, *args, **options):
+        User = get_user_model()
+        demo, created = User.objects.get_or_create(username=DEMO_USER, defaults={"email": "demo@example.org"})
+        if created:
+            demo.set_password(DEMO_PASSWORD)
+            demo.save()
+        admin, created = User.objects.get_or_create(
+            username=ADMIN_USER, defaults={"email": "admin@example.org", "is_staff": True, "is_superuser": True}
+        )
+        if created:
+            admin.set_password(ADMIN_PASSWORD)
+            admin.save()
+        project, _ = Project.objects.get_or_create(
+            slug="demo", defaults={"name": "Demo project", "description": "Try Kakehashi here: jobs run on this machine."}
+        )
+        Membership.objects.get_or_create(user=demo, project=project, defaults={"role": Role.OWNER})
+        Budget.objects.get_or_create(
+            project=project,
+            defaults={"amount": Decimal("1000"), "unit": "points", "period": "monthly", "strict": True,
+                      "alert_thresholds": [50, 80, 100]},
+        )
+        local, _ = Cluster.objects.get_or_create(
+            slug="local", defaults={"name": "This machine", "kind": Kind.LOCAL,
+                                    "description": "Runs jobs as processes on the portal host (no scheduler)."}
+        )
+        HardwareType.objects.get_or_create(
+            slug="local-cpu",
+            defaults={"cluster": local, "name": "Local CPU", "cpus_per_node": 2, "max_nodes": 1,
+                      "max_walltime_hours": 24, "rate": Decimal("1"), "rate_unit": "points"},
+        )
+        Allocation.objects.get_or_create(project=project, cluster=local)
+        shell, _ = Software.objects.get_or_create(
+            slug="python3", defaults={"name": "Python 3 (system)", "kind": Software.Kind.MODULES, "modules": [],
+                                      "description": "The python3 on the machine, no modules."}
+        )
+        shell.clusters.add(local)
+        ensure_default_presets()
+        self.stdout.write(self.style.SUCCESS(
+            f"Demo ready. Log in as {DEMO_USER} / {DEMO_PASSWORD} (researcher) or {ADMIN_USER} / {ADMIN_PASSWORD} (site admin)."
+        ))

@@ -1,0 +1,93 @@
+"""What an API caller can see, and slugs resolved to objects visible to them (404 for everything else).
+
+Objects of projects the caller cannot see are reported as "not found" — never "forbidden" — so the API does
+not reveal what exists in other projects.
+"""
+
+from __future__ import annotations
+
+from django.db.models import OuterRef, Q, QuerySet, Subquery
+
+from portal.api.errors import NotFound
+from portal.budgets.models import Budget
+from portal.catalog import queries as catalog
+from portal.catalog.models import HardwareType, Software
+from portal.clusters.models import Allocation, Cluster
+from portal.jobs.models import Job
+from portal.jobs.queries import visible_jobs
+from portal.projects import access
+from portal.projects.models import Membership, Project
+from portal.storage.models import StoredFile
+from portal.storage.queries import visible_files
+
+
+def projects_with_role(user) -> QuerySet[Project]:
+    """Visible projects, each with `my_role` (site staff see every project, as owners, like access.role_of)."""
+    role = Membership.objects.filter(project=OuterRef("pk"), user=user).values("role")[:1]
+    return access.visible_projects(user).annotate(my_role=Subquery(role)).order_by("slug")
+
+
+def project_or_404(user, slug: str, *, field: str | None = None) -> Project:
+    project = access.visible_projects(user).filter(slug=slug).first() if isinstance(slug, str) else None
+    if project is None:
+        raise NotFound(f"project {slug!r} not found (or you are not a member of it)", field=field)
+    return project
+
+
+def visible_clusters(user) -> QuerySet[Cluster]:
+    """Clusters where one of the caller's projects has an allocation."""
+    if getattr(user, "is_staff", False):
+        return Cluster.objects.all()
+    allocated = Allocation.objects.filter(project__in=access.visible_projects(user)).values("cluster_id")
+    return Cluster.objects.filter(pk__in=allocated)
+
+
+def usable_hardware(user, project: Project | None = None) -> QuerySet[HardwareType]:
+    """Enabled hardware the caller's projects (or one of them) may use: what the hardware picker offers."""
+    projects = access.visible_projects(user) if project is None else Project.objects.filter(pk=project.pk)
+    return catalog.hardware_for_projects(projects).order_by("cluster__slug", "gpus_per_node", "slug")
+
+
+def usable_software(user, project: Project | None = None) -> QuerySet[Software]:
+    projects = access.visible_projects(user) if project is None else Project.objects.filter(pk=project.pk)
+    return catalog.software_for_projects(projects).prefetch_related("clusters").order_by("slug")
+
+
+def hardware_or_404(user, slug: str) -> HardwareType:
+    """Hardware on a cluster of the caller's projects, enabled or not: submit_job explains why it cannot be used."""
+    hardware = HardwareType.objects.filter(slug=slug, cluster__in=visible_clusters(user)).select_related("cluster").first()
+    if hardware is None:
+        raise NotFound(f"hardware {slug!r} not found on the clusters of your projects (see GET /api/v1/hardware/)",
+                       field="hardware")
+    return hardware
+
+
+def software_or_404(user, slug: str) -> Software:
+    projects = access.visible_projects(user)
+    software = (
+        Software.objects.filter(slug=slug, clusters__in=visible_clusters(user))
+        .filter(Q(projects__isnull=True) | Q(projects__in=projects))
+        .distinct()
+        .first()
+    )
+    if software is None:
+        raise NotFound(f"software {slug!r} not found for your projects (see GET /api/v1/software/)", field="software")
+    return software
+
+
+def job_or_404(user, pk: int) -> Job:
+    job = visible_jobs(user).filter(pk=pk).first()
+    if job is None:
+        raise NotFound(f"job {pk} not found (or not in a project you can see)")
+    return job
+
+
+def file_or_404(user, project: Project, pk: int) -> StoredFile:
+    stored = visible_files(user).filter(project=project, pk=pk).first()
+    if stored is None:
+        raise NotFound(f"file {pk} not found in project {project.slug}")
+    return stored
+
+
+def budget_of(project: Project) -> Budget | None:
+    return Budget.objects.filter(project=project).first()

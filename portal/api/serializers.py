@@ -1,0 +1,329 @@
+"""What the API accepts and answers. Input serializers check shapes only; the rules live in the actions."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.urls import reverse
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from portal.jobs.models import Job, JobState
+from portal.jobs.validation import format_walltime
+from portal.projects.models import Role
+
+# ------------------------------------------------------------------------------------------------- common
+
+
+class ErrorSerializer(serializers.Serializer):
+    detail = serializers.CharField(help_text="what went wrong and what to do about it")
+    code = serializers.CharField(help_text="machine-readable, e.g. invalid, not_found, budget_exceeded, throttled")
+    field = serializers.CharField(required=False, help_text="the input at fault, when there is one")
+
+
+class MoneySerializer(serializers.Serializer):
+    amount = serializers.DecimalField(max_digits=20, decimal_places=4)
+    unit = serializers.CharField()
+
+
+def money(value) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    return {"amount": f"{value.amount:.4f}", "unit": value.unit}
+
+
+# ----------------------------------------------------------------------------------------------- catalog
+
+
+class TokenInfoSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    prefix = serializers.CharField()
+    scopes = serializers.ListField(child=serializers.CharField())
+    expires_at = serializers.DateTimeField(allow_null=True)
+
+
+class MeSerializer(serializers.Serializer):
+    username = serializers.CharField()
+    email = serializers.CharField(allow_blank=True)
+    is_staff = serializers.BooleanField()
+    token = TokenInfoSerializer(allow_null=True, help_text="the token used for this request (null for a session)")
+
+
+class ProjectSerializer(serializers.Serializer):
+    slug = serializers.SlugField()
+    name = serializers.CharField()
+    description = serializers.CharField(allow_blank=True)
+    role = serializers.ChoiceField(choices=Role.choices, help_text="your role in the project")
+    max_walltime_hours = serializers.IntegerField(allow_null=True)
+
+    def to_representation(self, instance):
+        role = getattr(instance, "my_role", None) or (Role.OWNER if self.context["request"].user.is_staff else None)
+        return {
+            "slug": instance.slug,
+            "name": instance.name,
+            "description": instance.description,
+            "role": role,
+            "max_walltime_hours": instance.max_walltime_hours,
+        }
+
+
+class ClusterSerializer(serializers.Serializer):
+    slug = serializers.SlugField()
+    name = serializers.CharField()
+    kind = serializers.CharField()
+    site_profile = serializers.CharField()
+    description = serializers.CharField(allow_blank=True)
+    enabled = serializers.BooleanField()
+
+
+class HardwareSerializer(serializers.Serializer):
+    slug = serializers.SlugField()
+    name = serializers.CharField()
+    cluster = serializers.SlugField(source="cluster.slug")
+    gpu_model = serializers.CharField(allow_blank=True)
+    gpus_per_node = serializers.IntegerField()
+    cpus_per_node = serializers.IntegerField()
+    memory_gb = serializers.IntegerField(allow_null=True)
+    max_nodes = serializers.IntegerField()
+    max_walltime_hours = serializers.IntegerField()
+    rate = serializers.DecimalField(max_digits=12, decimal_places=4, help_text="per node-hour, in rate_unit")
+    rate_unit = serializers.CharField()
+    measured = serializers.DictField(help_text="latest GPU health-check results (TFLOP/s, bandwidth, …)")
+    price_per_node_hour = serializers.SerializerMethodField(
+        help_text="with ?project=: a node-hour in the unit of the project's budget (null when no conversion is set)"
+    )
+
+    @extend_schema_field(MoneySerializer(allow_null=True))
+    def get_price_per_node_hour(self, hardware) -> dict | None:
+        prices = self.context.get("prices")
+        if prices is None:
+            return None
+        return money(prices.get(hardware.pk))
+
+
+class SoftwareSerializer(serializers.Serializer):
+    slug = serializers.SlugField()
+    name = serializers.CharField()
+    kind = serializers.CharField()
+    image = serializers.CharField(allow_blank=True)
+    modules = serializers.ListField(child=serializers.CharField())
+    description = serializers.CharField(allow_blank=True)
+    clusters = serializers.SerializerMethodField()
+
+    def get_clusters(self, software) -> list[str]:
+        return sorted(c.slug for c in software.clusters.all())
+
+
+# -------------------------------------------------------------------------------------------------- jobs
+
+
+class FlexibleJSONField(serializers.JSONField):
+    """A JSON value, or a string holding JSON (an .ipynb file's text pasted as a string)."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, str):
+            try:
+                data = json.loads(data)
+            except ValueError as exc:
+                raise serializers.ValidationError(f"this is not valid JSON: {exc}") from None
+        return super().to_internal_value(data)
+
+
+class JobSubmitSerializer(serializers.Serializer):
+    project = serializers.CharField(help_text="project slug")
+    name = serializers.CharField(help_text="letters, digits, '-', '_' and '.', e.g. train-resnet")
+    hardware = serializers.CharField(required=False, allow_null=True, help_text="hardware slug (GET /api/v1/hardware/)")
+    software = serializers.CharField(required=False, allow_null=True, allow_blank=True, help_text="software slug, optional")
+    nodes = serializers.IntegerField(required=False, default=1)
+    walltime = serializers.CharField(required=False, default="01:00:00",
+                                     help_text='"HH:MM:SS", "D-HH:MM:SS", "90m", "2h", "1d" or seconds')
+    script = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False, default="",
+                                   help_text="the commands to run (not used with notebook)")
+    launcher = serializers.ChoiceField(choices=Job.Launcher.choices, required=False, allow_null=True, default=None,
+                                       help_text="how the script starts: once, torchrun per node, or mpirun; "
+                                                 "default: the template's, else script")
+    procs_per_node = serializers.IntegerField(required=False, default=0, min_value=0, max_value=1024,
+                                              help_text="processes per node for torchrun/mpirun; 0 = one per GPU")
+    template = serializers.CharField(required=False, allow_blank=True, default="",
+                                     help_text="a job template shipped with Kakehashi: ddp-mnist, gpu-health")
+    working_directory = serializers.CharField(required=False, allow_blank=True, default="",
+                                              help_text="where the script runs on the cluster (default: the job directory)")
+    env = serializers.DictField(child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False,
+                                default=dict, help_text="environment variables for the job")
+    notebook = FlexibleJSONField(required=False, allow_null=True, default=None,
+                                 help_text="a Jupyter notebook (the .ipynb JSON) to run with papermill instead of a script")
+    parameters = serializers.DictField(required=False, default=dict, help_text="papermill parameters of the notebook")
+    dry_run = serializers.BooleanField(required=False, default=False,
+                                       help_text="render the script and estimate the cost; record and reserve nothing")
+
+
+class JobSerializer(serializers.Serializer):
+    """A job as the API shows it. `script` is the exact job script handed (or to be handed) to the scheduler."""
+
+    id = serializers.IntegerField(allow_null=True, help_text="null for a dry run")
+    uuid = serializers.UUIDField()
+    name = serializers.CharField()
+    project = serializers.SlugField()
+    user = serializers.CharField()
+    cluster = serializers.SlugField()
+    hardware = serializers.SlugField(allow_null=True)
+    software = serializers.SlugField(allow_null=True)
+    kind = serializers.ChoiceField(choices=Job.Kind.choices)
+    nodes = serializers.IntegerField()
+    walltime = serializers.CharField(help_text="HH:MM:SS")
+    walltime_seconds = serializers.IntegerField()
+    launcher = serializers.ChoiceField(choices=Job.Launcher.choices)
+    parameters = serializers.DictField(help_text="a notebook's papermill parameters")
+    state = serializers.ChoiceField(choices=[("draft", "Draft (dry run)"), *JobState.choices])
+    state_reason = serializers.CharField(allow_blank=True)
+    scheduler_id = serializers.CharField(allow_blank=True)
+    exit_code = serializers.IntegerField(allow_null=True)
+    created_at = serializers.DateTimeField(allow_null=True)
+    submitted_at = serializers.DateTimeField(allow_null=True)
+    started_at = serializers.DateTimeField(allow_null=True)
+    ended_at = serializers.DateTimeField(allow_null=True)
+    elapsed_seconds = serializers.IntegerField(allow_null=True)
+    cancel_requested_at = serializers.DateTimeField(allow_null=True)
+    estimate = MoneySerializer(allow_null=True)
+    cost = MoneySerializer(allow_null=True)
+    script = serializers.CharField(help_text="the exact job script handed to the scheduler")
+    submit_command = serializers.CharField(allow_blank=True, help_text="how it is submitted, in its job directory")
+    payload = serializers.CharField(allow_blank=True, help_text="what the submitter wrote (the script's body)")
+    template = serializers.CharField(allow_blank=True)
+    working_directory = serializers.CharField(allow_blank=True)
+    group = serializers.IntegerField(allow_null=True, help_text="the sweep this job belongs to")
+    outputs = serializers.ListField(child=serializers.DictField(), help_text="files the job left in outputs/: path, size, url")
+    url = serializers.CharField(allow_null=True, help_text="the job's page in the portal")
+
+    def to_representation(self, job: Job) -> dict[str, Any]:
+        saved = job.pk is not None
+        dt = serializers.DateTimeField()
+
+        def when(value):
+            return dt.to_representation(value) if value else None
+
+        return {
+            "id": job.pk,
+            "uuid": str(job.uuid),
+            "name": job.name,
+            "project": job.project.slug,
+            "user": job.user.get_username(),
+            "cluster": job.cluster.slug,
+            "hardware": job.hardware.slug if job.hardware else None,
+            "software": job.software.slug if job.software else None,
+            "kind": job.kind,
+            "nodes": job.nodes,
+            "walltime": format_walltime(job.walltime_seconds),
+            "walltime_seconds": job.walltime_seconds,
+            "launcher": job.launcher,
+            "parameters": job.parameters or {},
+            "state": job.state if saved else "draft",
+            "state_reason": job.state_reason,
+            "scheduler_id": job.scheduler_id,
+            "exit_code": job.exit_code,
+            "created_at": when(job.created_at),
+            "submitted_at": when(job.submitted_at),
+            "started_at": when(job.started_at),
+            "ended_at": when(job.ended_at),
+            "elapsed_seconds": job.elapsed_seconds,
+            "cancel_requested_at": when(job.cancel_requested_at),
+            "estimate": {"amount": f"{job.estimate_amount:.4f}", "unit": job.estimate_unit}
+            if job.estimate_amount is not None else None,
+            "cost": {"amount": f"{job.cost_amount:.4f}", "unit": job.estimate_unit} if job.cost_amount is not None else None,
+            "script": job.rendered_script,
+            "submit_command": job.submit_command,
+            "payload": job.script,
+            "template": job.template,
+            "working_directory": job.working_directory,
+            "group": job.group_id,
+            "outputs": [self._artifact(job, a) for a in job.artifacts.all()] if saved else [],
+            "url": self._url(job) if saved else None,
+        }
+
+    def _artifact(self, job: Job, artifact) -> dict[str, Any]:
+        url = None
+        if artifact.stored_name:
+            path = reverse("api-job-output", args=[job.pk, artifact.pk])
+            request = self.context.get("request")
+            url = request.build_absolute_uri(path) if request is not None else path
+        return {"path": artifact.path, "size": artifact.size, "url": url}
+
+    def _url(self, job: Job) -> str:
+        path = reverse("job-detail", args=[job.pk])
+        request = self.context.get("request")
+        return request.build_absolute_uri(path) if request is not None else path
+
+
+class BudgetAfterSerializer(serializers.Serializer):
+    available = serializers.DecimalField(max_digits=20, decimal_places=4, help_text="available now")
+    after = serializers.DecimalField(max_digits=20, decimal_places=4, help_text="available once this job is reserved")
+    unit = serializers.CharField()
+    fits = serializers.BooleanField(help_text="false: a strict budget would refuse the job (402)")
+
+
+class SubmissionSerializer(JobSerializer):
+    """A submitted (or dry-run) job, with what the submission noticed."""
+
+    dry_run = serializers.BooleanField()
+    created = serializers.BooleanField(help_text="false when an Idempotency-Key replayed an earlier job, or for a dry run")
+    warnings = serializers.ListField(child=serializers.CharField())
+    budget = BudgetAfterSerializer(allow_null=True, help_text="the project's budget after this job (dry run only)")
+
+
+class LogSerializer(serializers.Serializer):
+    stream = serializers.ChoiceField(choices=["stdout", "stderr"])
+    offset = serializers.IntegerField(help_text="byte offset this chunk starts at")
+    next_offset = serializers.IntegerField(help_text="pass as ?offset= to get what follows")
+    data = serializers.CharField(allow_blank=True, trim_whitespace=False, help_text="UTF-8 text (invalid bytes replaced)")
+    complete = serializers.BooleanField(help_text="true: the job ended and nothing will follow next_offset")
+    truncated = serializers.BooleanField(help_text="the portal keeps only the first 8 MiB; the rest is on the cluster")
+    job_state = serializers.CharField()
+
+
+# ----------------------------------------------------------------------------------------------- budgets
+
+
+class BudgetSerializer(serializers.Serializer):
+    project = serializers.SlugField()
+    budget = serializers.DecimalField(max_digits=20, decimal_places=4, allow_null=True,
+                                      help_text="the amount for the period; null when the project has no budget")
+    reserved = serializers.DecimalField(max_digits=20, decimal_places=4, allow_null=True)
+    spent = serializers.DecimalField(max_digits=20, decimal_places=4, allow_null=True)
+    available = serializers.DecimalField(max_digits=20, decimal_places=4, allow_null=True)
+    unit = serializers.CharField(allow_null=True)
+    period = serializers.CharField(allow_null=True)
+    period_start = serializers.DateField(allow_null=True)
+    strict = serializers.BooleanField(allow_null=True, help_text="strict budgets refuse jobs they cannot cover (402)")
+    used_percent = serializers.FloatField(allow_null=True)
+
+
+# ------------------------------------------------------------------------------------------------- files
+
+
+class FileSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    project = serializers.SlugField(source="project.slug")
+    path = serializers.CharField()
+    size = serializers.IntegerField()
+    sha256 = serializers.CharField()
+    uploaded_by = serializers.SerializerMethodField()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+    download_url = serializers.SerializerMethodField()
+
+    def get_uploaded_by(self, stored) -> str | None:
+        return stored.uploaded_by.get_username() if stored.uploaded_by else None
+
+    def get_download_url(self, stored) -> str:
+        path = reverse("api-file-download", args=[stored.project.slug, stored.pk])
+        request = self.context.get("request")
+        return request.build_absolute_uri(path) if request is not None else path
+
+
+class FileUploadSerializer(serializers.Serializer):
+    file = serializers.FileField(help_text="the file's contents")
+    path = serializers.CharField(required=False, allow_blank=True, default="",
+                                 help_text="where in the project, e.g. data/train.csv (blank: the file's name; "
+                                           "ending in /: into that folder)")
+    overwrite = serializers.BooleanField(required=False, default=False, help_text="replace a file already at this path")

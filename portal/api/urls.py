@@ -1,0 +1,33 @@
+"""URLs under /api/: the schema, the docs and the stable v1 names."""
+
+from django.urls import include, path, re_path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from portal.api import views
+from portal.api.fallback import not_found
+from portal.api.schema import DESCRIPTION
+
+v1 = [
+    path("me/", views.MeView.as_view(), name="api-me"),
+    path("projects/", views.ProjectListView.as_view(), name="api-projects"),
+    path("projects/<slug:slug>/", views.ProjectDetailView.as_view(), name="api-project-detail"),
+    path("projects/<slug:slug>/budget/", views.BudgetView.as_view(), name="api-budget"),
+    path("projects/<slug:slug>/files/", views.FileListCreateView.as_view(), name="api-files"),
+    path("projects/<slug:slug>/files/<int:pk>/download/", views.FileDownloadView.as_view(), name="api-file-download"),
+    path("clusters/", views.ClusterListView.as_view(), name="api-clusters"),
+    path("hardware/", views.HardwareListView.as_view(), name="api-hardware"),
+    path("software/", views.SoftwareListView.as_view(), name="api-software"),
+    path("jobs/", views.JobListCreateView.as_view(), name="api-jobs"),
+    path("jobs/<int:pk>/", views.JobDetailView.as_view(), name="api-job-detail"),
+    path("jobs/<int:pk>/cancel/", views.JobCancelView.as_view(), name="api-job-cancel"),
+    path("jobs/<int:pk>/logs/", views.JobLogsView.as_view(), name="api-job-logs"),
+    path("jobs/<int:pk>/outputs/<int:artifact_id>/", views.JobOutputDownloadView.as_view(), name="api-job-output"),
+]
+
+urlpatterns = [
+    path("schema/", SpectacularAPIView.as_view(custom_settings={"DESCRIPTION": DESCRIPTION}), name="api-schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("v1/", include(v1)),
+    # Anything else under /api/ answers in the API's JSON shape, not with the site's HTML 404 page.
+    re_path(r"^[\s\S]*$", not_found),  # [\s\S]: also paths with a newline in them
+]

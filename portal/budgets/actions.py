@@ -1,0 +1,194 @@
+"""Money: estimates, reservations at submit, settlement at the end, and the sums that must reconcile.
+
+Every movement is a LedgerEntry written while the project's Budget row is locked (`select_for_update`), so
+concurrent submits are serialised on that row and can never overspend together.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime
+from decimal import ROUND_HALF_UP, Decimal
+
+from django.db import transaction
+from django.db.models import Q, Sum
+from django.utils import timezone
+
+from portal.budgets.models import Budget, LedgerEntry, Period, UnitConversion
+
+CENT = Decimal("0.0001")
+
+
+class BudgetExceeded(Exception):
+    """A strict budget cannot cover a job's estimate. The message says how much is left."""
+
+    def __init__(self, message: str, *, available: Decimal, needed: Decimal, unit: str) -> None:
+        super().__init__(message)
+        self.available, self.needed, self.unit = available, needed, unit
+
+
+class NoConversion(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Money:
+    amount: Decimal
+    unit: str
+
+    def __str__(self) -> str:
+        return f"{self.amount.quantize(Decimal('0.01'))} {self.unit}"
+
+
+@dataclass(frozen=True)
+class BudgetSummary:
+    amount: Decimal
+    unit: str
+    reserved: Decimal
+    spent: Decimal
+    available: Decimal
+    period_start: date
+    strict: bool
+
+    @property
+    def used_percent(self) -> float:
+        if self.amount <= 0:
+            return 100.0
+        return float((self.spent + self.reserved) / self.amount * 100)
+
+    @property
+    def spent_percent(self) -> float:
+        return 0.0 if self.amount <= 0 else float(self.spent / self.amount * 100)
+
+    @property
+    def reserved_percent(self) -> float:
+        return 0.0 if self.amount <= 0 else float(self.reserved / self.amount * 100)
+
+
+def period_start(budget: Budget, at: datetime | None = None) -> date:
+    today = timezone.localdate(at) if at else timezone.localdate()
+    if budget.period == Period.MONTHLY:
+        return today.replace(day=1)
+    if budget.period == Period.FISCAL_YEAR:  # Japanese fiscal year: April to March
+        year = today.year if today.month >= 4 else today.year - 1
+        return date(year, 4, 1)
+    return date(2000, 1, 1)
+
+
+def convert(amount: Decimal, from_unit: str, to_unit: str) -> Decimal:
+    if from_unit == to_unit:
+        return amount
+    direct = UnitConversion.objects.filter(from_unit=from_unit, to_unit=to_unit).first()
+    if direct:
+        return amount * direct.factor
+    inverse = UnitConversion.objects.filter(from_unit=to_unit, to_unit=from_unit).first()
+    if inverse and inverse.factor:
+        return amount / inverse.factor
+    raise NoConversion(f"no conversion from {from_unit} to {to_unit} is set; ask a site admin to add one")
+
+
+def cost(rate: Decimal, rate_unit: str, nodes: int, seconds: int, to_unit: str) -> Money:
+    """nodes × rate per node-hour × hours, in `to_unit`."""
+    raw = Decimal(rate) * nodes * Decimal(seconds) / Decimal(3600)
+    return Money(convert(raw, rate_unit, to_unit).quantize(CENT, rounding=ROUND_HALF_UP), to_unit)
+
+
+def summary(budget: Budget, at: datetime | None = None) -> BudgetSummary:
+    start = period_start(budget, at)
+    sums = LedgerEntry.objects.filter(budget=budget, period_start=start).aggregate(
+        reserve=Sum("amount", filter=Q(kind=LedgerEntry.Kind.RESERVE)),
+        release=Sum("amount", filter=Q(kind=LedgerEntry.Kind.RELEASE)),
+        settle=Sum("amount", filter=Q(kind=LedgerEntry.Kind.SETTLE)),
+        adjust=Sum("amount", filter=Q(kind=LedgerEntry.Kind.ADJUST)),
+    )
+    zero = Decimal("0")
+    reserved = (sums["reserve"] or zero) - (sums["release"] or zero)
+    spent = (sums["settle"] or zero) + (sums["adjust"] or zero)
+    return BudgetSummary(
+        amount=budget.amount,
+        unit=budget.unit,
+        reserved=reserved,
+        spent=spent,
+        available=budget.amount - reserved - spent,
+        period_start=start,
+        strict=budget.strict,
+    )
+
+
+def reserve(job, amount: Decimal, *, actor=None) -> LedgerEntry | None:
+    """Reserve a job's estimate, refusing it if a strict budget cannot cover it. Call inside a transaction."""
+    budget = Budget.objects.select_for_update().filter(project_id=job.project_id).first()
+    if budget is None:
+        return None
+    current = summary(budget)
+    if budget.strict and amount > current.available:
+        raise BudgetExceeded(
+            f"This job needs an estimated {amount.quantize(Decimal('0.01'))} {budget.unit} but project "
+            f"{job.project.slug} has only {max(current.available, Decimal(0)).quantize(Decimal('0.01'))} "
+            f"{budget.unit} left of {budget.amount.quantize(Decimal('0.01'))} {budget.unit} "
+            f"({current.reserved.quantize(Decimal('0.01'))} reserved by running jobs). Ask a project admin to "
+            "raise the budget, or ask for fewer nodes or a shorter walltime.",
+            available=current.available,
+            needed=amount,
+            unit=budget.unit,
+        )
+    return LedgerEntry.objects.create(
+        budget=budget,
+        job=job,
+        kind=LedgerEntry.Kind.RESERVE,
+        amount=amount,
+        period_start=current.period_start,
+        actor=actor,
+        note=f"estimate for job {job.pk}",
+    )
+
+
+def settle(job, actual: Decimal | None, *, note: str = "") -> None:
+    """Charge the actual cost and release the reservation. Idempotent; call inside the job's transaction."""
+    reservation = LedgerEntry.objects.filter(job=job, kind=LedgerEntry.Kind.RESERVE).first()
+    if reservation is None:
+        return
+    Budget.objects.select_for_update().filter(pk=reservation.budget_id).first()
+    done = set(LedgerEntry.objects.filter(job=job).values_list("kind", flat=True))
+    if actual is not None and LedgerEntry.Kind.SETTLE not in done:
+        LedgerEntry.objects.create(
+            budget_id=reservation.budget_id,
+            job=job,
+            kind=LedgerEntry.Kind.SETTLE,
+            amount=actual,
+            period_start=reservation.period_start,
+            note=note or f"accounting for job {job.pk}",
+        )
+    if LedgerEntry.Kind.RELEASE not in done:
+        LedgerEntry.objects.create(
+            budget_id=reservation.budget_id,
+            job=job,
+            kind=LedgerEntry.Kind.RELEASE,
+            amount=reservation.amount,
+            period_start=reservation.period_start,
+            note=f"release of job {job.pk}'s reservation",
+        )
+
+
+@transaction.atomic
+def set_budget(project, *, amount: Decimal, unit: str, period: str, strict: bool, actor) -> Budget:
+    from portal.audit.actions import record
+
+    budget, created = Budget.objects.select_for_update().get_or_create(
+        project=project, defaults={"amount": amount, "unit": unit, "period": period, "strict": strict}
+    )
+    before = {"amount": str(budget.amount), "unit": budget.unit, "period": budget.period, "strict": budget.strict}
+    if not created:
+        if unit != budget.unit and budget.entries.exists():
+            raise ValueError(f"the budget already has movements in {budget.unit}; its unit cannot change")
+        budget.amount, budget.unit, budget.period, budget.strict = amount, unit, period, strict
+        budget.save()
+    record(
+        "budget.set",
+        actor=actor,
+        project=project,
+        target=budget,
+        before=None if created else before,
+        after={"amount": str(amount), "unit": unit, "period": period, "strict": strict},
+    )
+    return budget

@@ -1,0 +1,54 @@
+"""Job templates that ship with Kakehashi: real code under job_templates/<slug>/, started by a short payload.
+
+A template's files travel with the job (staged into its directory like the payload), so what runs is exactly
+what the repository holds and the user sees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2] / "job_templates"
+
+
+@dataclass(frozen=True)
+class JobTemplate:
+    slug: str
+    name: str
+    description: str
+    launcher: str
+    script: str
+    files: tuple[str, ...]
+    records_health: bool = False  # its outputs/health.json is stored with the hardware type
+
+    def file_contents(self) -> dict[str, bytes]:
+        return {name: (ROOT / self.slug / name).read_bytes() for name in self.files}
+
+
+TEMPLATES: dict[str, JobTemplate] = {
+    t.slug: t
+    for t in (
+        JobTemplate(
+            slug="ddp-mnist",
+            name="PyTorch DDP: train a small CNN (MNIST-like data, no download)",
+            description="One process per GPU on every node via torchrun; loss per epoch in stdout, metrics.json in outputs.",
+            launcher="torchrun",
+            script='python train.py --epochs "${EPOCHS:-3}"\n',
+            files=("train.py",),
+        ),
+        JobTemplate(
+            slug="gpu-health",
+            name="GPU node health check (TFLOP/s, all-reduce bandwidth, nvidia-smi)",
+            description="Measures the hardware; the result is shown in the hardware picker.",
+            launcher="torchrun",
+            script="python check.py\n",
+            files=("check.py",),
+            records_health=True,
+        ),
+    )
+}
+
+
+def get(slug: str) -> JobTemplate | None:
+    return TEMPLATES.get(slug) if slug else None

@@ -1,0 +1,62 @@
+"""Identities on clusters: a key pair per researcher and cluster, generated here, checked by a worker."""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.utils import timezone
+
+from backends.transport import TransportError
+from portal.audit.actions import record
+from portal.clusters.connect import NoClusterAccount, transport_for
+from portal.clusters.models import Cluster, ClusterAccount
+
+
+def generate_key_pair(comment: str) -> tuple[str, str]:
+    """(private key in OpenSSH format, public key line) for a new ed25519 key."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    ).decode()
+    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+    return private, f"{public} {comment}"
+
+
+@transaction.atomic
+def link_account(cluster: Cluster, *, username: str, user=None, project=None, actor=None) -> ClusterAccount:
+    """Create (or re-key) the account `username` on `cluster` for a user or a project's service account."""
+    private, public = generate_key_pair(
+        f"kakehashi:{user.username if user else 'project-' + project.slug}@{cluster.slug}"
+    )
+    lookup = {"cluster": cluster, "user": user} if user is not None else {"cluster": cluster, "project": project}
+    account = ClusterAccount.objects.select_for_update().filter(**lookup).first() or ClusterAccount(**lookup)
+    account.username = username
+    account.public_key = public
+    account.set_private_key(private)
+    account.verified_at = None
+    account.last_error = ""
+    account.full_clean()
+    account.save()
+    record("cluster_account.link", actor=actor, project=project, target=account, cluster=cluster.slug, username=username)
+    return account
+
+
+def verify_account(account_id: int) -> bool:
+    """Log in with the account's key and check who we are (worker side)."""
+    account = ClusterAccount.objects.select_related("cluster").get(pk=account_id)
+    try:
+        transport = transport_for(account.cluster, account)
+        result = transport.run(["id", "-un"], timeout=30)
+        transport.close()
+        if not result.ok:
+            raise TransportError(result.message or f"id -un exited {result.exit_status}")
+        who = result.stdout.strip()
+        if who != account.username:
+            raise TransportError(f"the key logs in as {who!r}, not {account.username!r}")
+    except (TransportError, NoClusterAccount) as exc:
+        ClusterAccount.objects.filter(pk=account.pk).update(last_error=str(exc)[:1000], verified_at=None)
+        return False
+    ClusterAccount.objects.filter(pk=account.pk).update(last_error="", verified_at=timezone.now())
+    return True

@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import RegexValidator
+from django.db import models
+
+from portal import crypto
+from portal.projects.models import slug_validator
+
+username_validator = RegexValidator(r"^[a-z_][a-z0-9_.-]{0,31}$", "a POSIX user name (lower-case, digits, '_.-')")
+
+
+class Kind(models.TextChoices):
+    LOCAL = "local", "Local (this host, no scheduler)"
+    SLURM = "slurm", "Slurm"
+    PBS = "pbs", "PBS (PBS Pro/OpenPBS or Torque)"
+    SGE = "sge", "Grid Engine"
+    AWS_BATCH = "aws-batch", "AWS Batch"
+
+
+class SiteProfile(models.TextChoices):
+    GENERIC = "generic", "Generic"
+    TSUBAME = "tsubame", "TSUBAME (qsub -g, f_node/h_node/q_node/s_gpu)"
+    ABCI = "abci", "ABCI (qsub -g, rt_AF/rt_AG)"
+
+
+class IdentityMode(models.TextChoices):
+    PER_USER = "per_user", "Each researcher's own account"
+    PROJECT = "project", "A per-project service account (where the centre permits)"
+
+
+class Cluster(models.Model):
+    slug = models.SlugField(unique=True, max_length=50, validators=[slug_validator])
+    name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    site_profile = models.CharField(max_length=16, choices=SiteProfile.choices, default=SiteProfile.GENERIC)
+    description = models.TextField(blank=True)
+    login_host = models.CharField(max_length=255, blank=True)
+    login_port = models.PositiveIntegerField(default=22)
+    # Pinned host key(s) in known_hosts format. Connections to a host presenting any other key are refused.
+    host_keys = models.TextField(blank=True, help_text="known_hosts lines, e.g. [login.example.ac.jp]:22 ssh-ed25519 AAAA…")
+    identity_mode = models.CharField(max_length=10, choices=IdentityMode.choices, default=IdentityMode.PER_USER)
+    # Scheduler options for this cluster, e.g. {"dialect": "torque"}, {"accounting": "sacct"}, {"queue": "gpu"}.
+    options = models.JSONField(default=dict, blank=True)
+    # Where job directories go on the cluster, relative to the account's home (or absolute).
+    work_root = models.CharField(max_length=255, default="kakehashi-jobs")
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    # What the tracker last heard: shown next to jobs, so a silent login node is not mistaken for idle jobs.
+    last_contact_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ClusterAccount(models.Model):
+    """An identity on a cluster: a researcher's own account, or a project's service account."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="accounts")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="cluster_accounts"
+    )
+    project = models.ForeignKey(
+        "projects.Project", null=True, blank=True, on_delete=models.CASCADE, related_name="cluster_accounts"
+    )
+    username = models.CharField(max_length=32, validators=[username_validator])
+    public_key = models.TextField()
+    private_key_encrypted = models.TextField(editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    verified_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "user"], name="one_account_per_user_and_cluster"),
+            models.UniqueConstraint(fields=["cluster", "project"], name="one_service_account_per_project"),
+            models.CheckConstraint(
+                condition=models.Q(user__isnull=False) ^ models.Q(project__isnull=False),
+                name="account_belongs_to_user_xor_project",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.username}@{self.cluster.slug}"
+
+    def set_private_key(self, pem: str) -> None:
+        self.private_key_encrypted = crypto.encrypt(pem)
+
+    def private_key(self) -> str:
+        return crypto.decrypt(self.private_key_encrypted)
+
+
+class Allocation(models.Model):
+    """A project's grant on a cluster, and the scheduler group/account its jobs are charged to there."""
+
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="allocations")
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="allocations")
+    group = models.CharField(
+        max_length=64,
+        blank=True,
+        validators=[RegexValidator(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$", "letters, digits, '._-'")],
+        help_text="TSUBAME/ABCI -g group, Slurm account (-A), PBS/SGE project (-P)",
+    )
+    # Hardware types the project may use on this cluster; none chosen = all of them.
+    hardware = models.ManyToManyField("catalog.HardwareType", blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "cluster"], name="one_allocation_per_cluster")]
+
+    def __str__(self) -> str:
+        return f"{self.project} on {self.cluster} as {self.group or '-'}"

@@ -1,0 +1,69 @@
+"""Settings → Cluster accounts: link your own cluster account with a key the portal generates."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db import transaction
+from django.http import Http404
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from portal.clusters import actions
+from portal.clusters.forms import LinkAccountForm
+from portal.clusters.models import Allocation, Cluster, ClusterAccount, IdentityMode, Kind
+from portal.projects import access
+
+
+def _clusters_for(user):
+    projects = access.visible_projects(user)
+    ids = Allocation.objects.filter(project__in=projects).values_list("cluster_id", flat=True)
+    return Cluster.objects.filter(pk__in=ids, enabled=True, identity_mode=IdentityMode.PER_USER).exclude(kind=Kind.LOCAL)
+
+
+@login_required
+def cluster_accounts(request):
+    rows = []
+    accounts = {a.cluster_id: a for a in ClusterAccount.objects.filter(user=request.user)}
+    for cluster in _clusters_for(request.user):
+        rows.append({"cluster": cluster, "account": accounts.get(cluster.pk), "form": LinkAccountForm(prefix=cluster.slug)})
+    return render(request, "clusters/accounts.html", {"rows": rows})
+
+
+@login_required
+@require_POST
+def link(request, slug: str):
+    cluster = get_object_or_404(_clusters_for(request.user), slug=slug)
+    form = LinkAccountForm(request.POST, prefix=cluster.slug)
+    if not form.is_valid():
+        for error in form.errors.get("username", []):
+            messages.error(request, f"{cluster.name}: {error}")
+        return redirect("cluster-accounts")
+    actions.link_account(cluster, username=form.cleaned_data["username"], user=request.user, actor=request.user)
+    messages.success(request, f"A new key for {cluster.name} was created: install its public key, then press Check.")
+    return redirect("cluster-accounts")
+
+
+@login_required
+@require_POST
+def verify(request, slug: str):
+    account = ClusterAccount.objects.filter(user=request.user, cluster__slug=slug).first()
+    if account is None:
+        raise Http404
+    from portal.clusters.tasks import verify_account_task
+
+    ClusterAccount.objects.filter(pk=account.pk).update(last_error="checking…")
+    transaction.on_commit(lambda: verify_account_task.delay(account.pk))
+    messages.info(request, f"Checking the link to {account.cluster.name}…")
+    return redirect("cluster-accounts")
+
+
+@login_required
+def account_status(request, slug: str):
+    account = ClusterAccount.objects.filter(user=request.user, cluster__slug=slug).select_related("cluster").first()
+    if account is None:
+        raise Http404
+    response = render(request, "clusters/_account_status.html", {"account": account})
+    if account.last_error != "checking…" and request.htmx:
+        response.status_code = 286
+    return response

@@ -1,0 +1,201 @@
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+
+class JobState(models.TextChoices):
+    QUEUED = "queued", "Queued"  # recorded by the portal, waiting for a worker to submit it
+    SUBMITTING = "submitting", "Submitting"  # a worker is handing it to the scheduler
+    PENDING = "pending", "Pending"  # the scheduler has it, waiting for nodes
+    RUNNING = "running", "Running"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+    TIMED_OUT = "timed_out", "Timed out"
+    LOST = "lost", "Lost"  # neither the queue nor accounting knows it: flagged for a person to look at
+
+
+FINAL_STATES = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMED_OUT})
+ACTIVE_STATES = frozenset({JobState.QUEUED, JobState.SUBMITTING, JobState.PENDING, JobState.RUNNING, JobState.LOST})
+# States in which the scheduler knows the job and the tracker must ask about it.
+TRACKED_STATES = frozenset({JobState.PENDING, JobState.RUNNING, JobState.LOST})
+
+_ENDINGS = {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMED_OUT}
+ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
+    JobState.QUEUED: frozenset({JobState.SUBMITTING, JobState.CANCELLED, JobState.FAILED}),
+    # A refused submit fails; a cancel requested meanwhile is applied once the scheduler id is known.
+    JobState.SUBMITTING: frozenset({JobState.PENDING, JobState.RUNNING, JobState.FAILED, JobState.CANCELLED}),
+    JobState.PENDING: frozenset({JobState.RUNNING, JobState.LOST, *_ENDINGS}),
+    JobState.RUNNING: frozenset({JobState.LOST, *_ENDINGS}),
+    # Accounting may still turn up for a lost job; then it ends normally.
+    JobState.LOST: frozenset({JobState.RUNNING, *_ENDINGS}),
+    JobState.COMPLETED: frozenset(),
+    JobState.FAILED: frozenset(),
+    JobState.CANCELLED: frozenset(),
+    JobState.TIMED_OUT: frozenset(),
+}
+
+
+class IllegalTransition(Exception):
+    pass
+
+
+class Job(models.Model):
+    class Launcher(models.TextChoices):
+        SCRIPT = "script", "Run the script once"
+        TORCHRUN = "torchrun", "torchrun: one process per GPU on every node"
+        MPIRUN = "mpirun", "mpirun -npernode (MPI codes)"
+
+    class Kind(models.TextChoices):
+        SCRIPT = "script", "Script"
+        NOTEBOOK = "notebook", "Notebook"
+
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    project = models.ForeignKey("projects.Project", on_delete=models.PROTECT, related_name="jobs")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.PROTECT, related_name="jobs")
+    hardware = models.ForeignKey(
+        "catalog.HardwareType", null=True, blank=True, on_delete=models.PROTECT, related_name="jobs"
+    )
+    software = models.ForeignKey(
+        "catalog.Software", null=True, blank=True, on_delete=models.PROTECT, related_name="jobs"
+    )
+    group = models.ForeignKey("jobs.JobGroup", null=True, blank=True, on_delete=models.CASCADE, related_name="jobs")
+
+    # What was asked
+    name = models.CharField(max_length=63)
+    kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.SCRIPT)
+    nodes = models.PositiveIntegerField(default=1)
+    walltime_seconds = models.PositiveIntegerField()
+    launcher = models.CharField(max_length=10, choices=Launcher.choices, default=Launcher.SCRIPT)
+    script = models.TextField(help_text="the payload the user wrote")
+    notebook = models.JSONField(null=True, blank=True)
+    parameters = models.JSONField(default=dict, blank=True)
+    env = models.JSONField(default=dict, blank=True)
+    template = models.CharField(max_length=50, blank=True, help_text="job template whose files travel with the job")
+    working_directory = models.CharField(max_length=255, blank=True, help_text="where the script runs; blank = the job directory")
+    procs_per_node = models.PositiveIntegerField(default=0, help_text="0 = one per GPU")
+    rendered_script = models.TextField(blank=True, help_text="the exact job script handed to the scheduler")
+    submit_command = models.CharField(max_length=500, blank=True, help_text="the command that submits it, in the job directory")
+    idempotency_key = models.CharField(max_length=128, null=True, blank=True)
+
+    # Where and how it runs
+    scheduler_name = models.CharField(max_length=63, blank=True)
+    scheduler_id = models.CharField(max_length=64, blank=True, db_index=True)
+    remote_dir = models.CharField(max_length=255, blank=True)
+    account_username = models.CharField(max_length=32, blank=True)
+
+    # What happened
+    state = models.CharField(max_length=12, choices=JobState.choices, default=JobState.QUEUED, db_index=True)
+    state_reason = models.TextField(blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    elapsed_seconds = models.PositiveIntegerField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    # A submit attempt holds the job until this time; another attempt may only take over after it.
+    dispatch_lease_until = models.DateTimeField(null=True, blank=True)
+    dispatch_attempts = models.PositiveIntegerField(default=0)
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+    reminded_at = models.DateTimeField(null=True, blank=True)
+
+    # Money, in the unit of the project's budget
+    estimate_amount = models.DecimalField(max_digits=14, decimal_places=4, null=True, blank=True)
+    estimate_unit = models.CharField(max_length=16, blank=True)
+    cost_amount = models.DecimalField(max_digits=14, decimal_places=4, null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "idempotency_key"],
+                condition=models.Q(idempotency_key__isnull=False),
+                name="one_job_per_idempotency_key",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"Job {self.pk} {self.name} ({self.state})"
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in FINAL_STATES
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    @property
+    def can_cancel(self) -> bool:
+        return self.state in ACTIVE_STATES and self.cancel_requested_at is None
+
+    def check_transition(self, new_state: str) -> None:
+        if new_state not in ALLOWED_TRANSITIONS[self.state]:
+            raise IllegalTransition(f"job {self.pk}: {self.state} → {new_state} is not an allowed transition")
+
+
+class JobEvent(models.Model):
+    """One state transition, with when and why."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    from_state = models.CharField(max_length=12, blank=True)
+    to_state = models.CharField(max_length=12)
+    at = models.DateTimeField(auto_now_add=True)
+    reason = models.TextField(blank=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}: {self.from_state or '∅'} → {self.to_state}"
+
+
+class JobGroup(models.Model):
+    """Jobs expanded from one description (a parameter sweep), tracked together."""
+
+    project = models.ForeignKey("projects.Project", on_delete=models.PROTECT, related_name="job_groups")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)
+    name = models.CharField(max_length=63)
+    sweep = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"Sweep {self.pk} {self.name}"
+
+
+class JobOutput(models.Model):
+    """A copy of a job's stdout/stderr fetched from the cluster by a worker (web requests never reach it)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="outputs")
+    stream = models.CharField(max_length=6, choices=[("stdout", "stdout"), ("stderr", "stderr")])
+    data = models.BinaryField(default=b"")
+    truncated = models.BooleanField(default=False)
+    complete = models.BooleanField(default=False)  # the job ended and everything there is was fetched
+    fetched_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job", "stream"], name="one_output_per_stream")]
+
+
+class JobArtifact(models.Model):
+    """A file the job left in its outputs/ directory; small ones are copied into the portal's storage."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="artifacts")
+    path = models.CharField(max_length=500)  # relative to the job's outputs/ directory
+    size = models.BigIntegerField()
+    stored_name = models.CharField(max_length=700, blank=True)  # in default_storage; blank = left on the cluster
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["path"]
+        constraints = [models.UniqueConstraint(fields=["job", "path"], name="one_artifact_per_path")]

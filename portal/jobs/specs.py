@@ -1,0 +1,75 @@
+"""From a Job row to the plain JobSpec a backend understands, and the script it renders."""
+
+from __future__ import annotations
+
+import json
+import uuid as uuid_mod
+
+from backends.base import JobSpec, Launcher, Resources
+from portal.catalog import job_templates
+from portal.clusters.models import Allocation, Cluster, Kind
+
+
+def scheduler_name(job_uuid: uuid_mod.UUID, name: str) -> str:
+    # Unique across portal instances and database resets, so a retry can look the job up by name.
+    return f"kh-{job_uuid.hex[:10]}-{name}"[:63]
+
+
+def remote_dir(cluster: Cluster, name: str) -> str:
+    if cluster.kind == Kind.LOCAL:
+        return name
+    return f"{cluster.work_root.rstrip('/')}/{name}"
+
+
+def group_for(project, cluster: Cluster) -> str:
+    allocation = Allocation.objects.filter(project=project, cluster=cluster).first()
+    return allocation.group if allocation else ""
+
+
+def job_env(job) -> dict[str, str]:
+    """The job's environment: what the user set, plus a script job's parameters (a sweep's point) by name."""
+    env = dict(job.env or {})
+    if job.kind == job.Kind.SCRIPT:
+        for key, value in (job.parameters or {}).items():
+            env[key] = value if isinstance(value, str) else json.dumps(value)
+    return env
+
+
+def build_spec(job) -> JobSpec:
+    """The JobSpec of a Job (saved or not: the form's preview renders an unsaved one)."""
+    hw = job.hardware
+    resources = Resources(
+        nodes=job.nodes,
+        gpus_per_node=hw.gpus_per_node if hw else 0,
+        gpu_type=hw.gpu_model if hw else "",
+        cpus_per_node=hw.cpus_per_node if hw else 1,
+        memory_gb=hw.memory_gb if hw else None,
+        mapping=dict(hw.scheduler_mapping) if hw else {},
+    )
+    software = job.software
+    name = job.scheduler_name or scheduler_name(job.uuid, job.name)
+    payload, files = job.script, {}
+    template = job_templates.get(job.template)
+    if template is not None:
+        files.update(template.file_contents())
+    if job.kind == job.Kind.NOTEBOOK and job.notebook is not None:
+        files |= {
+            "notebook.ipynb": json.dumps(job.notebook).encode(),
+            "parameters.json": json.dumps(job.parameters or {}).encode(),
+        }
+    return JobSpec(
+        name=name,
+        payload=payload,
+        walltime_seconds=job.walltime_seconds,
+        resources=resources,
+        workdir=job.remote_dir or remote_dir(job.cluster, name),
+        group=group_for(job.project, job.cluster),
+        modules=tuple(software.modules) if software and software.kind == "modules" else (),
+        container=software.image if software and software.kind == "container" else "",
+        setup=software.setup if software else "",
+        env=job_env(job),
+        launcher=Launcher(job.launcher),
+        procs_per_node=job.procs_per_node,
+        cwd=job.working_directory,
+        files=files,
+    )

@@ -1,0 +1,83 @@
+"""Celery tasks for jobs: thin, take IDs, idempotent; the work is in actions, tracking and outputs."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from django.conf import settings
+from django.core.cache import cache
+
+from portal.jobs import actions, outputs, tracking
+from portal.jobs.models import TRACKED_STATES, Job
+
+log = logging.getLogger(__name__)
+
+
+@shared_task(bind=True, max_retries=None)
+def dispatch_job_task(self, job_id: int) -> str:
+    outcome = actions.dispatch_job(job_id)
+    if outcome.status == "retry":
+        # Login node unreachable or scheduler hiccup: back off (5 s, 10 s, … up to 5 min) and try again.
+        delay = min(5 * 2 ** min(self.request.retries, 6), 300)
+        log.warning("job %s: dispatch will retry in %s s: %s", job_id, delay, outcome.detail)
+        raise self.retry(countdown=delay)
+    return outcome.status
+
+
+@shared_task
+def track_cluster_task(cluster_id: int) -> dict:
+    # One tracker per cluster at a time: overlapping cycles would only repeat the same scheduler call.
+    lock = f"kakehashi:track:{cluster_id}"
+    if not cache.add(lock, 1, timeout=max(settings.KAKEHASHI_TRACK_INTERVAL * 4, 30)):
+        return {"skipped": True}
+    try:
+        report = tracking.track_cluster(cluster_id)
+    finally:
+        cache.delete(lock)
+    return report.__dict__
+
+
+@shared_task
+def track_all_clusters_task() -> list[int]:
+    cluster_ids = sorted(
+        set(Job.objects.filter(state__in=TRACKED_STATES).exclude(scheduler_id="").values_list("cluster_id", flat=True))
+    )
+    for cluster_id in cluster_ids:
+        track_cluster_task.delay(cluster_id)
+    return cluster_ids
+
+
+@shared_task
+def recover_stale_jobs_task() -> list[int]:
+    return actions.recover_stale_jobs()
+
+
+@shared_task(bind=True, max_retries=5)
+def cancel_job_task(self, job_id: int) -> str:
+    try:
+        return actions.cancel_on_scheduler(job_id)
+    except Exception as exc:  # noqa: BLE001 - any transport trouble: retry, the request is on record
+        raise self.retry(exc=exc, countdown=5) from None
+
+
+@shared_task
+def fetch_output_task(job_id: int) -> dict:
+    return outputs.fetch_output(job_id)
+
+
+def request_output_refresh(job: Job, min_interval: float = 2.0) -> bool:
+    """Ask a worker to fetch new output of a job, at most once per `min_interval` seconds per job."""
+    if not job.scheduler_id:
+        return False
+    if cache.add(f"kakehashi:fetch-output:{job.pk}", 1, timeout=min_interval):
+        fetch_output_task.delay(job.pk)
+        return True
+    return False
+
+
+@shared_task
+def record_health_check_task(job_id: int) -> dict | None:
+    from portal.catalog.actions import record_health_check
+
+    return record_health_check(job_id)

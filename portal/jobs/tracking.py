@@ -1,0 +1,178 @@
+"""Tracking: one status query per cluster per cycle, final states from accounting, silent jobs flagged.
+
+Every change is a compare-and-swap on a locked row (`transition`), so a stale reading never moves a job
+backwards and two trackers cannot both apply the same ending.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from backends.base import BackendError, JobRecord, State
+from backends.transport import TransportError
+from portal.clusters.connect import NoClusterAccount, account_for, backend_for
+from portal.clusters.models import Cluster, ClusterAccount, Kind
+from portal.jobs.models import FINAL_STATES, TRACKED_STATES, Job, JobState
+from portal.jobs.transitions import locked_job, transition
+
+_STATE_MAP = {
+    State.PENDING: JobState.PENDING,
+    State.RUNNING: JobState.RUNNING,
+    State.COMPLETED: JobState.COMPLETED,
+    State.FAILED: JobState.FAILED,
+    State.CANCELLED: JobState.CANCELLED,
+    State.TIMED_OUT: JobState.TIMED_OUT,
+}
+
+
+@dataclass
+class TrackReport:
+    queried: int = 0
+    changed: int = 0
+    finished: int = 0
+    lost: int = 0
+    scheduler_calls: int = 0
+    error: str = ""
+
+
+def _monitor_account(cluster: Cluster, jobs: list[Job]) -> ClusterAccount | None:
+    """Whose connection asks the scheduler about everyone's jobs (queues are readable by all users)."""
+    if cluster.kind == Kind.LOCAL:
+        return None
+    monitor = cluster.options.get("monitor_username")
+    if monitor:
+        account = ClusterAccount.objects.filter(cluster=cluster, username=monitor).first()
+        if account:
+            return account
+    for job in jobs:
+        try:
+            return account_for(cluster, job.user, job.project)
+        except NoClusterAccount:
+            continue
+    return None
+
+
+def track_cluster(cluster_id: int) -> TrackReport:
+    """One status query for all of a cluster's active jobs; final states from accounting; lost ones flagged."""
+    report = TrackReport()
+    cluster = Cluster.objects.get(pk=cluster_id)
+    jobs = list(
+        Job.objects.filter(cluster=cluster, state__in=TRACKED_STATES)
+        .exclude(scheduler_id="")
+        .select_related("user", "project")
+        .order_by("pk")
+    )
+    if not jobs:
+        return report
+    ids = [job.scheduler_id for job in jobs]
+    report.queried = len(ids)
+    try:
+        backend = backend_for(cluster, _monitor_account(cluster, jobs))
+        statuses = backend.statuses(ids)
+        report.scheduler_calls += 1
+        gone = [job for job in jobs if job.scheduler_id not in statuses or statuses[job.scheduler_id].state.is_final]
+        records = backend.final_records([job.scheduler_id for job in gone]) if gone else {}
+        if gone:
+            report.scheduler_calls += 1
+    except (BackendError, TransportError, NoClusterAccount) as exc:
+        # Nothing is concluded from silence: jobs keep their state, the cluster says why it is not answering.
+        Cluster.objects.filter(pk=cluster.pk).update(last_error=f"{timezone.now():%Y-%m-%d %H:%M:%S} {exc}"[:2000])
+        report.error = str(exc)
+        return report
+    now = timezone.now()
+    Cluster.objects.filter(pk=cluster.pk).update(last_contact_at=now, last_error="")
+    for job in jobs:
+        status = statuses.get(job.scheduler_id)
+        record_ = records.get(job.scheduler_id)
+        if record_ is not None:
+            if finish_job(job.pk, record_):
+                report.finished += 1
+        elif status is not None and status.state.is_final:
+            # The queue says it ended but accounting has no record (yet, or none is configured).
+            fallback = JobRecord(job.scheduler_id, status.state, status.exit_code, reason=status.reason)
+            if finish_job(job.pk, fallback):
+                report.finished += 1
+        elif status is not None:
+            if apply_status(job.pk, job.state, _STATE_MAP[status.state], status.reason):
+                report.changed += 1
+        else:
+            if flag_lost_if_silent(job.pk, now):
+                report.lost += 1
+    seen = [job.pk for job in jobs if job.scheduler_id in statuses or job.scheduler_id in records]
+    if seen:
+        Job.objects.filter(pk__in=seen).update(last_seen_at=now)
+    return report
+
+
+def apply_status(job_id: int, expected: str, new: str, reason: str = "") -> bool:
+    """Compare-and-swap: change state only if nobody changed it since we read `expected`."""
+    if expected == new:
+        return False
+    with transaction.atomic():
+        job = locked_job(job_id)
+        if job.state != expected or new not in {JobState.PENDING, JobState.RUNNING}:
+            return False
+        if new == JobState.PENDING and job.state in {JobState.RUNNING, JobState.LOST}:
+            return False  # never move backwards on a stale reading
+        fields = {}
+        if new == JobState.RUNNING and job.started_at is None:
+            fields["started_at"] = timezone.now()
+        transition(job, new, reason=reason or "seen by the scheduler", **fields)
+    return True
+
+
+def finish_job(job_id: int, rec: JobRecord) -> bool:
+    with transaction.atomic():
+        job = locked_job(job_id)
+        if job.state in FINAL_STATES:
+            return False
+        new = _STATE_MAP[rec.state]
+        reason = rec.reason or {
+            JobState.COMPLETED: "completed",
+            JobState.FAILED: f"exit code {rec.exit_code}",
+            JobState.CANCELLED: "cancelled",
+            JobState.TIMED_OUT: "walltime exceeded",
+        }[new]
+        if job.cancel_requested_at and new in {JobState.FAILED, JobState.CANCELLED}:
+            new, reason = JobState.CANCELLED, "cancelled by request"
+        started = rec.started_at or job.started_at
+        ended = rec.ended_at or timezone.now()
+        elapsed = rec.elapsed_seconds
+        if elapsed is None and started is not None:
+            elapsed = max(int((ended - started).total_seconds()), 0)
+        transition(
+            job,
+            new,
+            reason=reason,
+            exit_code=rec.exit_code,
+            started_at=started,
+            ended_at=ended,
+            elapsed_seconds=elapsed,
+        )
+    return True
+
+
+def flag_lost_if_silent(job_id: int, now) -> bool:
+    """A job neither the queue nor accounting knows is flagged `lost` once it has been silent long enough."""
+    with transaction.atomic():
+        job = locked_job(job_id)
+        if job.state not in {JobState.PENDING, JobState.RUNNING}:
+            return False
+        last = job.last_seen_at or job.submitted_at or job.updated_at
+        if job.cancel_requested_at and (now - job.cancel_requested_at).total_seconds() > 5:
+            # Schedulers keep no accounting for a job deleted while it waited (SGE, for one): that is our cancel.
+            transition(job, JobState.CANCELLED, reason="cancelled by request (the scheduler keeps no record)",
+                        ended_at=now)
+            return True
+        if last and (now - last).total_seconds() < settings.KAKEHASHI_LOST_AFTER_SECONDS:
+            return False
+        transition(
+            job,
+            JobState.LOST,
+            reason="neither the scheduler's queue nor its accounting knows this job; an admin should check it",
+        )
+    return True

@@ -1,0 +1,203 @@
+"""Project shared storage: checked paths, uploads into Django's default storage, downloads.
+
+Only this module touches `default_storage`, through the plain Storage API (save, open, delete), so an S3
+backend (django-storages) can replace the file system by configuration alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import unicodedata
+from typing import IO
+
+from django.conf import settings
+from django.core.files.base import File
+from django.core.files.storage import default_storage
+from django.db import IntegrityError, transaction
+
+from portal.audit.actions import record
+from portal.projects import access
+from portal.projects.models import Project
+from portal.storage.models import StoredFile
+
+log = logging.getLogger(__name__)
+
+MAX_PATH_CHARS = 512
+MAX_PART_BYTES = 255  # a file name on every common file system and an S3 key segment
+MAX_DEPTH = 32
+# Letters and digits of any script, space and a few punctuation marks. These paths will reach cluster file
+# systems and job scripts when files are staged for jobs: leaving out shell metacharacters ($ ` ; & | < > * ?
+# ! quotes) and backslashes means no later step can be tricked by a name, and every name is also a valid S3 key.
+_PART_RE = re.compile(r"^[\w .,+=@()\[\]{}~%#-]+$")
+
+
+class StorageError(Exception):
+    """An upload or download that cannot happen as asked. `status` is the HTTP status that fits."""
+
+    status = 400
+    code = "invalid"
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message, self.field = message, field
+
+
+class FileTooLarge(StorageError):
+    status = 413
+    code = "too_large"
+
+
+class FileExists(StorageError):
+    status = 409
+    code = "exists"
+
+
+class FileMissing(StorageError):
+    status = 404
+    code = "missing"
+
+
+def max_upload_bytes() -> int:
+    return int(settings.KAKEHASHI_MAX_UPLOAD_BYTES)
+
+
+def clean_path(raw: str | None, filename: str | None = None) -> str:
+    """The project-relative path a file is stored at, or StorageError saying what is wrong with it.
+
+    An empty path means the uploaded file's own name; a path ending in "/" means "into this folder".
+    """
+    path = raw or ""
+    if path == "" or path.endswith("/"):
+        path = path + (filename or "")
+    if not path:
+        raise StorageError("give the file a path (e.g. data/train.csv)", field="path")
+    if any(ch in path for ch in ("\0", "\n", "\r")):
+        raise StorageError("the path may not contain NUL or line breaks", field="path")
+    if "\\" in path:
+        raise StorageError("use '/' between folders, not '\\'", field="path")
+    if path.startswith("/") or re.match(r"^[A-Za-z]:", path):
+        raise StorageError(f"{path!r} is absolute: give a path inside the project (e.g. data/train.csv)", field="path")
+    path = unicodedata.normalize("NFC", path)  # one spelling per name: macOS sends decomposed accents
+    if len(path) > MAX_PATH_CHARS:
+        raise StorageError(f"the path is longer than {MAX_PATH_CHARS} characters", field="path")
+    parts = path.split("/")
+    if len(parts) > MAX_DEPTH:
+        raise StorageError(f"the path is more than {MAX_DEPTH} folders deep", field="path")
+    for part in parts:
+        if part in {"", ".", ".."}:
+            raise StorageError(
+                f"{path!r} has an empty, '.' or '..' part: give a plain path inside the project (e.g. data/train.csv)",
+                field="path",
+            )
+        if len(part.encode()) > MAX_PART_BYTES:
+            raise StorageError(f"{part[:40]!r}… is longer than {MAX_PART_BYTES} bytes", field="path")
+        if part != part.strip():
+            raise StorageError(f"{part!r} starts or ends with a space", field="path")
+        if part.startswith("-"):
+            raise StorageError(f"{part!r} starts with '-', which commands would take for an option", field="path")
+        if not _PART_RE.match(part):
+            bad = sorted({ch for ch in part if not _PART_RE.match(ch)})
+            raise StorageError(
+                f"{part!r} contains {' '.join(repr(ch) for ch in bad)}: use letters, digits, spaces and . , _ - + = @ ( ) [ ] {{ }} ~ % #",
+                field="path",
+            )
+    return path
+
+
+def check_declared_size(content_length: str | int | None) -> None:
+    """Refuse an upload from its Content-Length before its body is read (and spooled to disk)."""
+    try:
+        length = int(content_length or 0)
+    except (TypeError, ValueError):
+        return
+    # Allow room for the multipart envelope and the other form fields.
+    if length > max_upload_bytes() + 64 * 1024:
+        raise FileTooLarge(_too_large_message(), field="file")
+
+
+def _too_large_message() -> str:
+    limit = max_upload_bytes()
+    shown = f"{limit / 1024**3:.1f} GiB" if limit >= 1024**3 else f"{limit / 1024**2:.1f} MiB" if limit >= 1024**2 else f"{limit} bytes"
+    return f"the file is larger than the upload limit of {shown}; ask the site admins for another way to bring it in"
+
+
+def storage_key(project: Project, path: str) -> str:
+    return f"projects/{project.slug}/{path}"
+
+
+def _digest(upload: IO[bytes]) -> tuple[int, str]:
+    sha, size = hashlib.sha256(), 0
+    chunks = upload.chunks() if hasattr(upload, "chunks") else iter(lambda: upload.read(1024 * 1024), b"")
+    for chunk in chunks:
+        sha.update(chunk)
+        size += len(chunk)
+    upload.seek(0)
+    return size, sha.hexdigest()
+
+
+def store_file(user, project: Project, upload, *, path: str | None = None, overwrite: bool = False) -> tuple[StoredFile, bool]:
+    """Put an uploaded file into the project's storage. Returns (the file, whether it is new).
+
+    Members who may submit jobs may upload; viewers may only read. An existing path is replaced only when
+    `overwrite` is set, so a mistyped destination never destroys data silently.
+    """
+    access.require(user, project, "submit")
+    if upload is None:
+        raise StorageError("attach the file in the multipart field 'file'", field="file")
+    clean = clean_path(path, getattr(upload, "name", None))
+    if getattr(upload, "size", 0) > max_upload_bytes():
+        raise FileTooLarge(_too_large_message(), field="file")
+    size, sha256 = _digest(upload)
+    if size > max_upload_bytes():
+        raise FileTooLarge(_too_large_message(), field="file")
+    existing = StoredFile.objects.filter(project=project, path=clean).first()
+    if existing is not None and not overwrite:
+        raise FileExists(f"{clean} already exists in project {project.slug}; upload with overwrite to replace it", field="path")
+
+    # Bytes first, under a key the storage picks (never clobbering the current file), then the row in one
+    # transaction; the replaced bytes are deleted only after that commits.
+    saved_name = default_storage.save(storage_key(project, clean), upload)
+    try:
+        with transaction.atomic():
+            current = StoredFile.objects.select_for_update().filter(project=project, path=clean).first()
+            if current is not None and not overwrite:
+                raise FileExists(f"{clean} already exists in project {project.slug}", field="path")
+            old_name = current.storage_name if current is not None else None
+            if current is None:
+                stored = StoredFile.objects.create(project=project, path=clean, storage_name=saved_name, size=size,
+                                                   sha256=sha256, uploaded_by=user)
+            else:
+                current.storage_name, current.size, current.sha256, current.uploaded_by = saved_name, size, sha256, user
+                current.save()
+                stored = current
+            record("file.upload", actor=user, project=project, target=stored, path=clean, size=size, sha256=sha256,
+                   replaced=old_name is not None)
+            if old_name and old_name != saved_name:
+                transaction.on_commit(lambda: _delete_quietly(old_name))
+    except IntegrityError:
+        # Another upload of the same new path won the race.
+        _delete_quietly(saved_name)
+        raise FileExists(f"{clean} was just uploaded by someone else; upload with overwrite to replace it", field="path") from None
+    except BaseException:
+        _delete_quietly(saved_name)
+        raise
+    return stored, current is None
+
+
+def open_file(user, stored: StoredFile) -> File:
+    """The bytes of a stored file, for someone who can see its project (callers look it up visibly first)."""
+    access.require(user, stored.project, "view")
+    try:
+        return default_storage.open(stored.storage_name, "rb")
+    except FileNotFoundError:
+        log.error("stored file %s (%s) is missing from storage", stored.pk, stored.storage_name)
+        raise FileMissing(f"the contents of {stored.path} are missing from storage; ask the site admins") from None
+
+
+def _delete_quietly(name: str) -> None:
+    try:
+        default_storage.delete(name)
+    except Exception:  # noqa: BLE001 - an orphaned blob is harmless; losing the request over it is not
+        log.warning("could not delete %s from storage", name, exc_info=True)

@@ -1,0 +1,8 @@
+from django.urls import path
+
+from portal.storage import views
+
+urlpatterns = [
+    path("", views.data_page, name="data"),
+    path("<int:pk>/download/", views.download, name="data-download"),
+]

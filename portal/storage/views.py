@@ -1,0 +1,66 @@
+"""The Data page: files of the projects you can see, an upload form, downloads. Thin: the rules are in actions."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import FileResponse
+from django.shortcuts import get_object_or_404, redirect, render
+
+from portal.catalog.queries import submittable_projects
+from portal.projects import access
+from portal.storage import actions
+from portal.storage.forms import UploadForm
+from portal.storage.queries import visible_files
+
+
+@login_required
+def data_page(request):
+    projects = submittable_projects(request.user)
+    if request.method == "POST":
+        try:
+            # Before request.POST is touched: a too-large body is refused without being read.
+            actions.check_declared_size(request.META.get("CONTENT_LENGTH"))
+        except actions.StorageError as exc:
+            messages.error(request, exc.message)
+            return redirect("data")
+        form = UploadForm(request.POST, request.FILES, projects=projects)
+        try:
+            if form.is_valid():
+                data = form.cleaned_data
+                stored, created = actions.store_file(request.user, data["project"], data["file"], path=data["path"],
+                                                     overwrite=data["overwrite"])
+                messages.success(request, f"{'Uploaded' if created else 'Replaced'} {stored.path} in {stored.project.slug}.")
+                return redirect(f"{request.path}?project={stored.project.slug}")
+        except actions.StorageError as exc:
+            form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+        except PermissionDenied as exc:
+            form.add_error("project", str(exc))
+    else:
+        form = UploadForm(projects=projects, initial={"project": request.GET.get("project") or None})
+    files = visible_files(request.user)
+    project_filter = request.GET.get("project") or ""
+    if project_filter:
+        files = files.filter(project__slug=project_filter)
+    return render(request, "storage/data.html", {
+        "form": form,
+        "files": files[:500],
+        "projects": access.visible_projects(request.user),
+        "project_filter": project_filter,
+        "can_upload": projects.exists(),
+        "max_upload_bytes": actions.max_upload_bytes(),
+        "nav": "data",
+    }, status=400 if request.method == "POST" else 200)
+
+
+@login_required
+def download(request, pk: int):
+    stored = get_object_or_404(visible_files(request.user), pk=pk)
+    try:
+        handle = actions.open_file(request.user, stored)
+    except actions.StorageError as exc:
+        messages.error(request, exc.message)
+        return redirect("data")
+    # For S3 this becomes a redirect to a short-lived signed URL; the authorisation above stays the same.
+    return FileResponse(handle, as_attachment=True, filename=stored.filename)

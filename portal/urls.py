@@ -1,0 +1,41 @@
+from django.contrib import admin
+from django.urls import include, path
+
+from portal.accounts import views as account_views
+from portal.budgets import views as budget_views
+from portal.catalog import views as catalog_views
+from portal.clusters import views as cluster_views
+from portal.jobs import views as job_views
+from portal.projects import views as project_views
+
+urlpatterns = [
+    path("", project_views.dashboard, name="dashboard"),
+    path("healthz", account_views.healthz, name="healthz"),
+    path("projects/", project_views.project_list, name="project-list"),
+    path("projects/<slug:slug>/", project_views.project_detail, name="project-detail"),
+    path("projects/<slug:slug>/members/", project_views.members, name="project-members"),
+    path("projects/<slug:slug>/budget-bar/", project_views.budget_bar, name="project-budget-bar"),
+    path("projects/<slug:slug>/budget/", budget_views.budget, name="project-budget"),
+    path("projects/<slug:slug>/usage/", budget_views.project_usage, name="project-usage"),
+    path("usage/", budget_views.site_usage, name="site-usage"),
+    path("site/", catalog_views.site_admin, name="site-admin"),
+    path("jobs/", job_views.job_list, name="job-list"),
+    path("jobs/new/", job_views.job_new, name="job-new"),
+    path("jobs/preview/", job_views.job_preview, name="job-preview"),
+    path("jobs/presets/", job_views.job_presets, name="job-presets"),
+    path("jobs/<int:pk>/", job_views.job_detail, name="job-detail"),
+    path("jobs/<int:pk>/status/", job_views.job_status, name="job-status"),
+    path("jobs/<int:pk>/log/<str:stream>/", job_views.job_log, name="job-log"),
+    path("jobs/<int:pk>/cancel/", job_views.job_cancel, name="job-cancel"),
+    path("jobs/groups/<int:pk>/", job_views.job_group, name="job-group"),
+    path("jobs/<int:pk>/outputs/<int:artifact_id>/", job_views.job_artifact, name="job-artifact"),
+    path("settings/clusters/", cluster_views.cluster_accounts, name="cluster-accounts"),
+    path("settings/clusters/<slug:slug>/link/", cluster_views.link, name="cluster-account-link"),
+    path("settings/clusters/<slug:slug>/verify/", cluster_views.verify, name="cluster-account-verify"),
+    path("settings/clusters/<slug:slug>/status/", cluster_views.account_status, name="cluster-account-status"),
+    path("data/", include("portal.storage.urls")),
+    path("settings/", include("portal.api.page_urls")),
+    path("api/", include("portal.api.urls")),
+    path("accounts/", include("allauth.urls")),
+    path("admin/", admin.site.urls),
+]

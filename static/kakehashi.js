@@ -1,0 +1,76 @@
+// Job form helpers: presets fill the hardware and node fields; the advanced editor starts from the preview.
+document.addEventListener("DOMContentLoaded", () => {
+  const form = document.getElementById("job-form");
+  if (!form) return;
+  const hardware = form.querySelector("[name=hardware]");
+  const nodes = form.querySelector("[name=nodes]");
+  // Delegated: the presets are swapped in again when the project changes.
+  form.addEventListener("click", (event) => {
+    const button = event.target.closest("button.preset");
+    if (!button) return;
+    hardware.value = button.dataset.hardware;
+    nodes.value = button.dataset.nodes;
+    form.querySelectorAll("button.preset").forEach((b) => b.setAttribute("aria-pressed", String(b === button)));
+    hardware.dispatchEvent(new Event("change", { bubbles: true }));
+  });
+  const copy = document.getElementById("copy-preview");
+  if (copy) {
+    copy.addEventListener("click", () => {
+      const preview = document.getElementById("script-preview");
+      const target = form.querySelector("[name=edited_script]");
+      if (preview && target) target.value = preview.textContent;
+    });
+  }
+});
+
+// "Use" a template: reload the form with it, keeping the project.
+document.addEventListener("DOMContentLoaded", () => {
+  const use = document.getElementById("use-template");
+  const select = document.querySelector("#job-form [name=template]");
+  if (!use || !select) return;
+  use.addEventListener("click", (event) => {
+    event.preventDefault();
+    const url = new URL(window.location.href);
+    url.searchParams.set("template", select.value);
+    window.location.assign(url);
+  });
+});
+
+// Job page: the status card is replaced every 2 s (htmx); say a change of state once, in a live region.
+document.addEventListener("DOMContentLoaded", () => {
+  const status = document.getElementById("job-status");
+  const announcer = document.getElementById("job-announcer");
+  if (!status || !announcer) return;
+  const stateOf = () => status.querySelector("[data-state]");
+  let last = stateOf() ? stateOf().dataset.state : "";
+  status.addEventListener("htmx:afterSwap", () => {
+    const badge = stateOf();
+    if (!badge || badge.dataset.state === last) return;
+    last = badge.dataset.state;
+    announcer.textContent = `The job is now ${badge.textContent.trim().toLowerCase()}.`;
+  });
+});
+
+// Upload progress on the Data page. htmx reports the upload's progress and then the answer's download under
+// the same event name: follow only the first run of events after the request starts, up to 100 %.
+let uploading = false;
+document.addEventListener("htmx:beforeRequest", (event) => {
+  if (event.target.id === "upload-form") uploading = true;
+});
+document.addEventListener("htmx:xhr:progress", (event) => {
+  if (!uploading || event.target.id !== "upload-form" || !event.detail.lengthComputable) return;
+  const percent = Math.round((event.detail.loaded / event.detail.total) * 100);
+  document.getElementById("upload-progress").hidden = false;
+  document.getElementById("upload-bar").value = percent;
+  document.getElementById("upload-status").textContent = `${percent} % of ${Math.round(event.detail.total / 1024)} KiB sent`;
+  if (event.detail.loaded >= event.detail.total) uploading = false;
+});
+// A refused upload answers 400 with the form and its messages: show them (htmx leaves 4xx unswapped by default).
+document.addEventListener("htmx:beforeSwap", (event) => {
+  if (event.target.closest && event.target.closest("#main") && event.detail.requestConfig
+      && event.detail.requestConfig.elt && event.detail.requestConfig.elt.id === "upload-form"
+      && [400, 413].includes(event.detail.xhr.status)) {
+    event.detail.shouldSwap = true;
+    event.detail.isError = false;
+  }
+});

@@ -1,0 +1,454 @@
+"""Grid Engine backend without a cluster: rendering per site profile, the exact qsub command line, and parsing
+of qstat -xml / qacct / qsub outputs recorded from the test cluster's Son of Grid Engine 8.1.9
+(tests/backends/fixtures/sge, see its README). The same backend against the live daemons is in
+test_scheduler_contract.py."""
+
+from __future__ import annotations
+
+import shlex
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from backends.base import BackendError, InvalidJobSpec, JobSpec, Resources, State, SubmitRefused
+from backends.safety import directive_lines
+from backends.sge import SGEBackend, h_rt, parse_find, parse_qacct, parse_qacct_time, parse_qstat_xml
+from backends.transport import CommandResult, Transport
+
+FIXTURES = Path(__file__).parent / "fixtures" / "sge"
+
+
+def fixture(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+# The recorder writes the ids it got (they change with every recording): read them rather than hard-coding.
+IDS = dict(pair.split("=") for pair in fixture("ids.txt").split())
+
+
+class FakeTransport(Transport):
+    """Answers every command with the next canned result and remembers what was asked."""
+
+    def __init__(self, *results: CommandResult) -> None:
+        self.results = list(results)
+        self.commands: list[str] = []
+        self.stdins: list[bytes | None] = []
+
+    def run_shell(self, command, *, stdin=None, timeout=None):
+        self.commands.append(command)
+        self.stdins.append(stdin)
+        return self.results.pop(0) if self.results else CommandResult(0, "", "")
+
+    def read_file(self, path, *, offset=0, limit=1 << 20):
+        return b""
+
+
+def ok(stdout: str = "", stderr: str = "") -> CommandResult:
+    return CommandResult(0, stdout, stderr)
+
+
+def failed(stderr: str, status: int = 1, stdout: str = "") -> CommandResult:
+    return CommandResult(status, stdout, stderr)
+
+
+def spec(**overrides) -> JobSpec:
+    resources = overrides.pop("resources", None) or Resources(
+        nodes=2, gpus_per_node=4, gpu_type="h100", cpus_per_node=1, mapping={"resource": "f_node"}
+    )
+    fields = dict(
+        name="kh-42-train",
+        payload="#$ -l f_node=99\npython train.py\n",
+        walltime_seconds=600,
+        resources=resources,
+        workdir="kakehashi-jobs/kh-42",
+        group="kkdemo",
+    )
+    fields.update(overrides)
+    return JobSpec(**fields)
+
+
+def backend(profile: str, *results: CommandResult, **settings) -> SGEBackend:
+    return SGEBackend(FakeTransport(*results), {"site_profile": profile, **settings})
+
+
+def submitted_qsub(b: SGEBackend) -> str:
+    """The qsub part of the staged submit command (what runs inside the job directory)."""
+    command = b.transport.commands[-1]
+    start = command.index("out=$(") + len("out=$(")
+    return command[start : command.index(")", start)]
+
+
+# ---------------------------------------------------------------------------------------------- rendering
+
+
+def test_tsubame_puts_the_group_on_the_command_line_and_the_node_type_in_the_script():
+    b = backend("tsubame", ok("119\n"))
+    s = spec()
+    script = b.render(s)
+    assert b.directives(s) == [
+        "#$ -S /bin/bash",
+        "#$ -N kh-42-train",
+        "#$ -cwd",
+        "#$ -o stdout.log",
+        "#$ -e stderr.log",
+        "#$ -j n",
+        "#$ -l f_node=2",
+        "#$ -l h_rt=0:10:00",
+    ]
+    assert script.startswith("#!/bin/bash\n#$ -S /bin/bash\n")
+    assert sorted(directive_lines(script, "#$")) == sorted(b.directives(s))
+    assert "-g" not in " ".join(b.directives(s)) and "-P" not in " ".join(b.directives(s))
+    assert b.submit(s) == "119"
+    # -g first: the site wrapper of the test cluster (like many) stops translating at the first non-option.
+    assert submitted_qsub(b) == "qsub -g kkdemo -terse -w e job.sh"
+    assert b.submit_command(s) == ["qsub", "-g", "kkdemo", "-terse", "-w", "e", "job.sh"]
+
+
+def test_abci_uses_its_resource_type_and_the_same_command_line():
+    b = backend("abci")
+    s = spec(resources=Resources(nodes=2, gpus_per_node=8, gpu_type="a100", mapping={"resource": "rt_AF"}))
+    assert "#$ -l rt_AF=2" in b.directives(s)
+    assert "#$ -l h_rt=0:10:00" in b.directives(s)
+    assert b.submit_command(s) == ["qsub", "-g", "kkdemo", "-terse", "-w", "e", "job.sh"]
+
+
+def test_a_site_job_without_a_group_has_no_g_option():
+    assert backend("tsubame").submit_command(spec(group="")) == ["qsub", "-terse", "-w", "e", "job.sh"]
+
+
+def test_plain_sge_carries_the_group_as_a_project_and_gpus_as_a_consumable():
+    b = backend("generic", ok("23\n"))
+    s = spec(
+        resources=Resources(nodes=1, gpus_per_node=8, cpus_per_node=1, mapping={"pe": "smp", "gpu_resource": "gpu"})
+    )
+    lines = b.directives(s)
+    assert lines[-4:] == ["#$ -P kkdemo", "#$ -pe smp 8", "#$ -l gpu=8", "#$ -l h_rt=0:10:00"]
+    assert b.submit_command(s) == ["qsub", "-terse", "-w", "e", "job.sh"]
+    b.submit(s)
+    assert submitted_qsub(b) == "qsub -terse -w e job.sh"
+
+
+def test_plain_sge_slots_are_the_larger_of_cpus_and_processes_on_every_node():
+    b = backend("generic")
+    s = spec(resources=Resources(nodes=2, gpus_per_node=2, cpus_per_node=16, mapping={"pe": "mpi"}))
+    assert "#$ -pe mpi 32" in b.directives(s)
+    assert not any("gpu" in line for line in b.directives(s))  # no gpu_resource mapped: nothing guessed
+
+
+def test_plain_sge_options_queue_memory_account_and_a_site_wide_pe():
+    b = backend("generic", group_as="account", pe="smp")
+    s = spec(
+        resources=Resources(
+            nodes=1, cpus_per_node=4, memory_gb=64, mapping={"queue": "gpu.q", "memory_resource": "mem_req"}
+        )
+    )
+    lines = b.directives(s)
+    for expected in ("#$ -A kkdemo", "#$ -q gpu.q", "#$ -pe smp 4", "#$ -l mem_req=64G"):
+        assert expected in lines
+    assert "#$ -P kkdemo" not in lines
+
+
+def test_walltime_hours_are_not_capped_at_two_digits():
+    assert h_rt(5) == "0:00:05"
+    assert h_rt(3600 * 100 + 61) == "100:01:01"
+
+
+def test_arrays_start_at_one_in_grid_engine():
+    b = backend("generic")
+    assert "#$ -t 1-4" in b.directives(spec(array=(1, 4)))
+    with pytest.raises(InvalidJobSpec, match="start at 1"):
+        b.render(spec(array=(0, 3)))
+
+
+@pytest.mark.parametrize(
+    "mapping",
+    [
+        {"resource": "f_node=1,gpu=99"},
+        {"resource": "1f"},
+        {"pe": "smp,mpi"},
+        {"gpu_resource": "gpu=2"},
+        {"queue": "a;b"},
+        {"resource": "f_node\n#$ -l gpu=99"},
+    ],
+)
+def test_a_mapping_value_that_is_no_plain_name_is_refused(mapping):
+    with pytest.raises(InvalidJobSpec):
+        backend("tsubame").render(spec(resources=Resources(nodes=1, mapping=mapping)))
+
+
+def test_an_unknown_site_profile_is_a_configuration_error():
+    with pytest.raises(ValueError, match="site profile"):
+        SGEBackend(None, {"site_profile": "tsubame3"})
+    assert SGEBackend(None, {}).profile == "generic"
+
+
+def test_the_payload_travels_in_its_own_file_so_its_directives_stay_inert():
+    b = backend("tsubame", ok("7\n"))
+    s = spec()
+    script = b.render(s)
+    assert "f_node=99" not in script
+    b.submit(s)
+    command = b.transport.commands[0]
+    assert shlex.split(command)[3] == "kakehashi-jobs/kh-42"  # mkdir -p -- DIR: the directory is one word
+    assert b"f_node=99" in b.transport.stdins[0]  # payload.sh, inside the staged tar
+
+
+def test_hosts_come_from_the_pe_hostfile_and_the_job_id_from_JOB_ID():
+    script = backend("generic").render(spec())
+    assert '"$PE_HOSTFILE"' in script
+    assert "${JOB_ID:-}" in script
+
+
+# --------------------------------------------------------------------------------------------- submitting
+
+
+def test_qsub_terse_ids_plain_and_array():
+    assert backend("generic", ok(fixture("qsub-terse.txt"))).submit(spec()) == IDS["ok"]
+    assert backend("generic", ok(fixture("qsub-terse-array.txt"))).submit(spec(array=(1, 3))) == IDS["arr"]
+    # A site qsub may print a notice before the id.
+    assert backend("tsubame", ok("Submitting to group kkdemo\n4711\n")).submit(spec()) == "4711"
+
+
+@pytest.mark.parametrize(
+    ("sample", "message"),
+    [
+        ("qsub-no-suitable-queues.txt", "no suitable queues"),
+        ("qsub-site-f_node-99.txt", "no suitable queues"),
+        ("qsub-no-access-to-project.txt", 'no access to project "kkteamb" for user "alice"'),
+        ("qsub-no-such-project.txt", 'the requested project "nosuch" does not exist'),
+        ("qsub-plain-sge-rejects-g.txt", 'qsub: invalid option argument "-g"'),
+    ],
+)
+def test_a_refusal_carries_the_schedulers_own_words(sample, message):
+    b = backend("generic", failed(fixture(sample)))
+    with pytest.raises(SubmitRefused) as refused:
+        b.submit(spec())
+    text = str(refused.value)
+    assert message in text
+    assert "Exiting." not in text and "Unable to run job" not in text
+
+
+@pytest.mark.parametrize(
+    "stderr",
+    [
+        "error: commlib error: got select error (Connection refused)\n"
+        'Unable to run job: unable to send message to qmaster using port 6444 on host "localhost": got send error\n'
+        "Exiting.",
+        "Unable to run job: failed receiving gdi request response for mid=1 (got syncron message receive timeout error).\n"
+        "Exiting.",
+        "mkdir: cannot create directory 'kakehashi-jobs': Disk quota exceeded",
+    ],
+)
+def test_an_unreachable_qmaster_or_a_full_disk_is_retryable_not_a_refusal(stderr):
+    with pytest.raises(BackendError) as error:
+        backend("generic", failed(stderr)).submit(spec())
+    assert not isinstance(error.value, SubmitRefused)
+
+
+def test_qsub_output_without_an_id_is_an_error():
+    with pytest.raises(BackendError, match="no job id"):
+        backend("generic", ok('Your job 23 ("x") has been submitted\n')).submit(spec())
+
+
+# ------------------------------------------------------------------------------------------------- status
+
+
+def test_statuses_of_running_pending_array_held_and_error_state_jobs_from_one_qstat():
+    wanted = [IDS[k] for k in ("run", "hrt", "arr", "held", "heldarr", "eqw", "ok")]
+    b = backend("generic", ok(fixture("qstat-xml.xml")))
+    statuses = b.statuses(wanted)
+    assert b.transport.commands == ["qstat -xml -u '*'"]
+    assert statuses[IDS["run"]].state == State.RUNNING
+    assert statuses[IDS["hrt"]].state == State.RUNNING
+    # Two tasks run, the third waits: the array job as a whole is running.
+    assert statuses[IDS["arr"]].state == State.RUNNING
+    assert statuses[IDS["held"]].state == State.PENDING and "held" in statuses[IDS["held"]].reason
+    assert statuses[IDS["heldarr"]].state == State.PENDING
+    # Error state: final, so the portal asks accounting, which has the cause (see the qacct test below).
+    assert statuses[IDS["eqw"]].state == State.FAILED and "qmod -cj" in statuses[IDS["eqw"]].reason
+    assert IDS["ok"] not in statuses  # finished: only accounting knows it
+    assert IDS["bob"] not in statuses  # another user's job, not asked for
+
+
+def test_another_users_job_with_an_odd_name_is_parsed_too():
+    statuses = parse_qstat_xml(fixture("qstat-xml.xml"), {IDS["bob"]})
+    assert statuses[IDS["bob"]].state == State.PENDING
+
+
+def test_xml_that_does_not_parse_falls_back_to_the_flat_job_list():
+    broken = fixture("qstat-xml.xml").replace("<JB_name>kk-held</JB_name>", "<JB_name>kk<held&</JB_name>")
+    statuses = parse_qstat_xml(broken, {IDS["held"], IDS["run"]})
+    assert statuses[IDS["held"]].state == State.PENDING
+    assert statuses[IDS["run"]].state == State.RUNNING
+
+
+def test_a_dtd_is_never_parsed():
+    evil = '<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "aaaa">]><job_info>&a;</job_info>'
+    with pytest.raises(BackendError, match="DTD"):
+        backend("generic", ok(evil)).statuses(["1"])
+
+
+@pytest.mark.parametrize(
+    ("code", "listed", "state", "reason"),
+    [
+        ("qw", "pending", State.PENDING, ""),
+        ("hqw", "pending", State.PENDING, "held"),
+        ("t", "running", State.RUNNING, "transferred"),
+        ("r", "running", State.RUNNING, ""),
+        ("Rr", "running", State.RUNNING, ""),
+        ("dr", "running", State.RUNNING, "deleted"),
+        ("s", "running", State.RUNNING, "suspended"),
+        ("S", "running", State.RUNNING, "suspended"),
+        ("Eqw", "pending", State.FAILED, "error state"),
+    ],
+)
+def test_state_letters(code, listed, state, reason):
+    xml = (
+        f"<?xml version='1.0'?><job_info><queue_info></queue_info><job_info><job_list state=\"{listed}\">"
+        f"<JB_job_number>5</JB_job_number><state>{code}</state></job_list></job_info></job_info>"
+    )
+    status = parse_qstat_xml(xml, {"5"})["5"]
+    assert status.state == state
+    assert reason in status.reason
+
+
+def test_qstat_failure_is_retryable_and_bad_ids_never_reach_the_shell():
+    with pytest.raises(BackendError, match="qstat failed"):
+        backend("generic", failed("error: commlib error: got select error (Connection refused)")).statuses(["5"])
+    b = backend("generic")
+    for bad in (["5; touch x"], ["$(id)"], ["5.1"], [""]):
+        with pytest.raises(BackendError):
+            b.statuses(bad)
+        with pytest.raises(BackendError):
+            b.final_records(bad)
+    assert b.transport.commands == []
+    assert b.statuses([]) == {} and b.final_records([]) == {}
+
+
+# ------------------------------------------------------------------------------------------------ records
+
+
+def test_final_records_ask_qacct_for_many_ids_in_one_command_in_utc():
+    b = backend("generic", ok(fixture("qacct-loop.txt"), fixture("qacct-loop.stderr")))
+    ids = [IDS["ok"], IDS["three"], IDS["held"], "999999"]
+    records = b.final_records(ids)
+    (command,) = b.transport.commands
+    assert command.startswith(f"for id in {' '.join(ids)}; do TZ=UTC0 LC_ALL=C qacct -j")
+    # Deleted while pending (held) and unknown: no record, no error.
+    assert set(records) == {IDS["ok"], IDS["three"]}
+    done = records[IDS["ok"]]
+    assert (done.state, done.exit_code, done.reason) == (State.COMPLETED, 0, "")
+    assert done.started_at.tzinfo is UTC and done.ended_at >= done.started_at
+    assert done.raw["project"] == "kkdemo" and done.nodes == 1
+    three = records[IDS["three"]]
+    assert (three.state, three.exit_code, three.reason) == (State.FAILED, 3, "exit code 3")
+    assert three.raw["category"] == "-l f_node=1,h_rt=60"
+
+
+def test_qacct_errors_other_than_not_found_are_retryable():
+    with pytest.raises(BackendError, match="accounting file"):
+        backend("generic", failed("error: can't open accounting file")).final_records(["5"])
+
+
+def test_times_follow_the_tz_the_command_sets():
+    # The same record printed under TZ=Asia/Tokyo is 9 h "later": why the backend pins TZ=UTC0.
+    utc = parse_qacct(fixture("qacct-completed.txt"), {IDS["ok"]})[IDS["ok"]]
+    tokyo = parse_qacct(fixture("qacct-completed-tokyo.txt"), {IDS["ok"]})[IDS["ok"]]
+    assert (tokyo.started_at - utc.started_at).total_seconds() == 9 * 3600
+    assert utc.started_at == datetime.strptime(
+        fixture("qacct-completed.txt").split("start_time")[1].split("\n")[0].strip(), "%a %b %d %H:%M:%S %Y"
+    ).replace(tzinfo=UTC)
+
+
+def test_qdel_of_a_running_job_is_cancelled():
+    record = parse_qacct(fixture("qacct-qdel-running.txt"), {IDS["run"]})[IDS["run"]]
+    assert (record.state, record.exit_code) == (State.CANCELLED, 137)
+    assert record.raw["failed"].startswith("100")
+
+
+def test_past_h_rt_is_timed_out():
+    record = parse_qacct(fixture("qacct-h_rt.txt"), {IDS["hrt"]})[IDS["hrt"]]
+    assert record.state == State.TIMED_OUT and "walltime" in record.reason
+    assert record.elapsed_seconds >= 3
+
+
+def test_failed_37_below_h_rt_is_a_memory_or_cpu_limit_not_a_timeout():
+    text = fixture("qacct-h_rt.txt").replace("category     -l h_rt=3", "category     -l h_rt=3600,h_vmem=1G")
+    record = parse_qacct(text, {IDS["hrt"]})[IDS["hrt"]]
+    assert record.state == State.FAILED and "h_vmem" in record.reason
+
+
+def test_an_error_state_job_fails_with_the_shepherds_reason():
+    record = parse_qacct(fixture("qacct-error-state.txt"), {IDS["eqw"]})[IDS["eqw"]]
+    assert record.state == State.FAILED
+    assert record.exit_code is None  # it never ran: exit_status 0 means nothing here
+    assert "opening input/output file" in record.reason
+    assert record.started_at is None and record.ended_at is None
+
+
+def test_an_array_job_is_one_record_spanning_its_tasks():
+    record = parse_qacct(fixture("qacct-array.txt"), {IDS["arr"]})[IDS["arr"]]
+    assert (record.state, record.exit_code) == (State.COMPLETED, 0)
+    assert record.elapsed_seconds == (record.ended_at - record.started_at).total_seconds() >= 8  # two waves
+    failing = fixture("qacct-array.txt").replace("exit_status  0", "exit_status  2", 1)
+    assert parse_qacct(failing, {IDS["arr"]})[IDS["arr"]].exit_code == 2
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("Sun Nov 22 00:18:30 2026", datetime(2026, 11, 22, 0, 18, 30, tzinfo=UTC)),
+        ("Mon Feb  2 07:05:09 2026", datetime(2026, 2, 2, 7, 5, 9, tzinfo=UTC)),
+        ("11/22/2026 00:18:30.123", datetime(2026, 11, 22, 0, 18, 30, 123000, tzinfo=UTC)),  # Univa/Altair GE
+        ("1795306886", datetime.fromtimestamp(1795306886, UTC)),
+        ("-/-", None),
+        ("undefined", None),
+        ("Thu Jan  1 00:00:00 1970", None),
+        ("", None),
+    ],
+)
+def test_qacct_times(value, expected):
+    assert parse_qacct_time(value) == expected
+
+
+# ----------------------------------------------------------------------------------------- find and cancel
+
+
+def test_find_prefers_the_recorded_id_then_the_queue_then_accounting():
+    unknown = fixture("qstat-xml-j-unknown.xml").replace("exit=0\n", "")
+    assert parse_find(f"@@recorded\n{fixture('qsub-terse-array.txt')}@@queue\n{unknown}@@accounting\n") == IDS["arr"]
+    assert parse_find(f"@@recorded\n@@queue\n{fixture('qstat-xml-j-name.xml')}@@accounting\n") == IDS["held"]
+    assert parse_find(f"@@recorded\n@@queue\n{unknown}@@accounting\n7\n12\n") == "12"
+    assert parse_find(f"@@recorded\n@@queue\n{unknown}@@accounting\n") is None
+
+
+def test_find_is_one_command_with_the_name_quoted():
+    b = backend("tsubame", ok(f"@@recorded\n@@queue\n{fixture('qstat-xml-j-name.xml')}@@accounting\n"))
+    assert b.find(spec()) == IDS["held"]
+    (command,) = b.transport.commands
+    assert "qstat -xml -j kh-42-train" in command and "qacct -j kh-42-train" in command
+    assert "cat -- kakehashi-jobs/kh-42/scheduler-id" in command
+    with pytest.raises(InvalidJobSpec):
+        b.find(spec(name="x; qdel -u alice"))
+
+
+def test_cancel_tolerates_a_job_that_already_left():
+    b = backend("generic", failed(fixture("qdel-unknown.txt").replace("exit=1\n", "")))
+    b.cancel("999999")
+    assert b.transport.commands == ["qdel 999999"]
+    backend("generic", ok(fixture("qdel-running.txt"))).cancel(IDS["run"])
+    with pytest.raises(BackendError, match="privileges"):
+        backend("generic", failed("alice - you do not have the necessary privileges to delete the job")).cancel("5")
+    with pytest.raises(BackendError):
+        backend("generic").cancel("5 -u bob")
+
+
+def test_a_reused_job_number_reports_only_the_latest_submission():
+    # Job numbers wrap (or restart after a spool reset) while accounting keeps the old jobs.
+    old = fixture("qacct-exit-3.txt").replace(f"jobnumber    {IDS['three']} ", f"jobnumber    {IDS['ok']} ")
+    old = old.replace("qsub_time    Sun Nov 22", "qsub_time    Sat Nov 21")
+    assert len(parse_qacct(old, {IDS["ok"]})) == 1
+    for text in (old + fixture("qacct-completed.txt"), fixture("qacct-completed.txt") + old):
+        record = parse_qacct(text, {IDS["ok"]})[IDS["ok"]]
+        assert (record.state, record.exit_code) == (State.COMPLETED, 0)

@@ -1,0 +1,99 @@
+"""Slurm specifics: directives from a job description, sacct parsing, and the job-completion log."""
+
+from __future__ import annotations
+
+import pytest
+
+from backends.base import JobSpec, Launcher, Resources, State
+from backends.slurm import SACCT_FIELDS, SlurmBackend, parse_sacct, slurm_walltime
+from tests.backends.conftest import wait_state
+
+
+def _spec(**overrides) -> JobSpec:
+    fields = dict(
+        name="kh-0123456789-train", payload="python train.py", walltime_seconds=2 * 86400 + 3661,
+        resources=Resources(nodes=2, gpus_per_node=8, gpu_type="a100", cpus_per_node=64, memory_gb=500,
+                            mapping={"partition": "gpu", "qos": "high"}),
+        workdir="kakehashi-jobs/kh-0123456789-train", group="kkdemo", launcher=Launcher.TORCHRUN,
+    )
+    return JobSpec(**{**fields, **overrides})
+
+
+def test_directives_follow_the_hardware_and_the_project():
+    assert SlurmBackend(None).directives(_spec()) == [
+        "#SBATCH --job-name=kh-0123456789-train",
+        "#SBATCH --output=stdout.log",
+        "#SBATCH --error=stderr.log",
+        "#SBATCH --time=2-01:01:01",
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=8",
+        "#SBATCH --cpus-per-task=8",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --account=kkdemo",
+        "#SBATCH --qos=high",
+        "#SBATCH --gres=gpu:a100:8",
+        "#SBATCH --mem=500G",
+    ]
+
+
+def test_an_admin_gres_mapping_wins_and_arrays_are_rendered():
+    spec = _spec(resources=Resources(gpus_per_node=4, mapping={"gres": "gpu:h100:4"}), array=(1, 10))
+    lines = SlurmBackend(None).directives(spec)
+    assert "#SBATCH --gres=gpu:h100:4" in lines and "#SBATCH --array=1-10" in lines
+
+
+def test_multi_node_torchrun_starts_one_agent_per_node_with_srun():
+    script = SlurmBackend(None).render(_spec())
+    assert ("srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 torchrun --nnodes=2 --nproc-per-node=8 "
+            '--rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="${SLURM_JOB_ID:-kakehashi}" '
+            '--no-python bash "$KAKEHASHI_JOB_DIR/payload.sh"') in script
+    assert 'scontrol show hostnames "$SLURM_JOB_NODELIST"' in script
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(59, "00:00:59"), (3600, "01:00:00"), (86400 + 60, "1-00:01:00")])
+def test_walltimes_use_slurms_day_format(seconds, text):
+    assert slurm_walltime(seconds) == text
+
+
+def test_sacct_rows_become_records_with_the_right_state_and_exit_code():
+    # Recorded from the test cluster's slurmdbd (SLURM_TIME_FORMAT=%s sacct -X -n -P -o SACCT_FIELDS).
+    rows = "\n".join([
+        "41|kh-a|COMPLETED|0:0|1795310000|1795310012|12|1|billing=1,cpu=1,gres/gpu=8,mem=1G,node=1|kkdemo|gpu",
+        "42|kh-b|FAILED|3:0|1795310000|1795310001|1|1|billing=1,cpu=1,mem=1G,node=1|kkdemo|gpu",
+        "43|kh-c|CANCELLED by 1001|0:0|1795310000|1795310030|30|1|billing=1,cpu=1,mem=1G,node=1|kkdemo|gpu",
+        "44|kh-d|TIMEOUT|0:0|1795310000|1795310090|90|1|billing=1,cpu=1,mem=1G,node=1|kkdemo|gpu",
+        "45|kh-e|RUNNING|0:0|1795310000|Unknown|5|1|billing=1|kkdemo|gpu",
+        "46|kh-f|OUT_OF_MEMORY|0:125|1795310000|1795310004|4|1|billing=1|kkdemo|gpu",
+    ])
+    records = parse_sacct(rows, {"41", "42", "43", "44", "45", "46"})
+    assert {k: (r.state, r.exit_code) for k, r in records.items()} == {
+        "41": (State.COMPLETED, 0), "42": (State.FAILED, 3), "43": (State.CANCELLED, 0),
+        "44": (State.TIMED_OUT, 0), "46": (State.FAILED, 253),
+    }
+    assert records["41"].elapsed_seconds == 12 and records["41"].raw["AllocTRES"].endswith("node=1")
+    assert records["41"].started_at.timestamp() == 1795310000
+    assert len(SACCT_FIELDS.split(",")) == len(rows.splitlines()[0].split("|"))
+
+
+@pytest.mark.cluster
+def test_the_job_completion_log_gives_the_final_record_too(transport_for, make_spec):
+    """Clusters without slurmdbd: `{"accounting": "jobcomp"}` reads `sacct -c` (the test cluster writes both)."""
+    backend = SlurmBackend(transport_for("slurm", "alice"), {"accounting": "jobcomp"})
+    ok = backend.submit(make_spec("sleep 1\n", group="kkdemo", mapping={"partition": "gpu"}))
+    bad = backend.submit(make_spec("exit 3\n", group="kkdemo", mapping={"partition": "gpu"}))
+    records = {job: wait_state(backend, job, lambda r: r.state.is_final) for job in (ok, bad)}
+    assert (records[ok].state, records[ok].exit_code) == (State.COMPLETED, 0)
+    assert (records[bad].state, records[bad].exit_code) == (State.FAILED, 3)
+    assert records[ok].elapsed_seconds is not None and records[ok].elapsed_seconds >= 1
+
+
+def test_a_container_runs_with_apptainer_and_gpus_and_mpi_codes_with_mpirun_npernode():
+    spec = _spec(container="docker://nvcr.io/nvidia/pytorch:24.05-py3", launcher=Launcher.MPIRUN,
+                 env={"NCCL_DEBUG": "INFO"})
+    script = SlurmBackend(None).render(spec)
+    assert ("mpirun -npernode 8 -n 16 -hostfile hosts.txt -x MASTER_ADDR -x MASTER_PORT -x KAKEHASHI_JOB_DIR "
+            "-x KAKEHASHI_OUTPUT_DIR -x NCCL_DEBUG apptainer exec --nv --bind \"$KAKEHASHI_JOB_DIR\" "
+            "docker://nvcr.io/nvidia/pytorch:24.05-py3 bash \"$KAKEHASHI_JOB_DIR/payload.sh\"") in script
+    sif = SlurmBackend(None).render(_spec(container="/shared/images/torch.sif", launcher=Launcher.SCRIPT,
+                                          resources=Resources(nodes=1)))
+    assert 'apptainer exec --bind "$KAKEHASHI_JOB_DIR" /shared/images/torch.sif bash' in sif  # no --nv without GPUs

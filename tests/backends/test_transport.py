@@ -1,0 +1,73 @@
+"""SSH to the login node: pinned host keys, pooled connections with TCP_NODELAY, timeouts, SFTP reads."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from backends.transport import HostKeyMismatch, SSHTransport, TransportError
+from portal.clusters.actions import generate_key_pair
+
+pytestmark = pytest.mark.cluster
+
+
+def test_a_command_runs_as_the_user_and_the_connection_is_reused_with_nodelay(transport_for):
+    transport = transport_for("slurm", "alice")
+    assert transport.run(["id", "-un"]).stdout.strip() == "alice"
+    conn = transport._connection()
+    client = conn.client
+    sock = client.get_transport().sock
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+    started = time.perf_counter()
+    for _ in range(20):
+        assert transport.run(["true"]).ok
+    per_exec = (time.perf_counter() - started) / 20
+    assert transport._connection().client is client  # same connection, not a new login per command
+    assert per_exec < 0.04, f"{per_exec * 1000:.1f} ms per exec: is Nagle back on?"
+
+
+def test_arguments_reach_the_login_node_verbatim(transport_for):
+    nasty = ["$(touch /tmp/kakehashi-pwned)", "a b", "'", '"', ";", "`id`", "\\", "*"]
+    result = transport_for("slurm", "alice").run(["printf", "%s\\n", *nasty])
+    assert result.stdout.splitlines() == nasty
+
+
+def test_a_changed_host_key_is_refused(test_cluster, user_key):
+    _, other_public = generate_key_pair("not-the-login-node")
+    pinned = f"[127.0.0.1]:2222 {' '.join(other_public.split()[:2])}\n"
+    transport = SSHTransport("127.0.0.1", 2222, "alice", user_key("alice"), pinned, timeout=10)
+    with pytest.raises(HostKeyMismatch, match="not pinned|different"):
+        transport.run(["true"])
+
+
+def test_a_host_with_no_pinned_key_is_refused_not_trusted_on_first_use(test_cluster, user_key, known_hosts):
+    only_other_port = "\n".join(line for line in known_hosts.splitlines() if line.startswith("[127.0.0.1]:2225 "))
+    transport = SSHTransport("127.0.0.1", 2222, "alice", user_key("alice"), only_other_port, timeout=10)
+    with pytest.raises(HostKeyMismatch, match="not pinned"):
+        transport.run(["true"])
+
+
+def test_a_key_that_is_not_installed_gets_a_clear_message(known_hosts):
+    private, _ = generate_key_pair("never-installed")
+    transport = SSHTransport("127.0.0.1", 2222, "alice", private, known_hosts, timeout=10)
+    with pytest.raises(TransportError, match="refused the key for alice"):
+        transport.run(["true"])
+
+
+def test_an_unreachable_login_node_and_a_slow_command_time_out(known_hosts, user_key, transport_for):
+    with pytest.raises(TransportError, match="cannot reach 127.0.0.1:2299"):
+        SSHTransport("127.0.0.1", 2299, "alice", user_key("alice"), known_hosts, timeout=5).run(["true"])
+    started = time.perf_counter()
+    with pytest.raises(TransportError, match="timed out"):
+        transport_for("slurm", "alice").run(["sleep", "10"], timeout=1)
+    assert time.perf_counter() - started < 5
+
+
+def test_files_are_read_over_sftp_from_an_offset(transport_for):
+    transport = transport_for("slurm", "bob")
+    transport.run_shell("mkdir -p kakehashi-tests && printf 'hello world' > kakehashi-tests/read.txt")
+    assert transport.read_file("kakehashi-tests/read.txt") == b"hello world"
+    assert transport.read_file("kakehashi-tests/read.txt", offset=6, limit=3) == b"wor"
+    assert transport.read_file("kakehashi-tests/does-not-exist") == b""

@@ -1,0 +1,74 @@
+"""The job form with bad input, in a real browser: a clear message next to the field, and nothing typed is lost."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.conftest import job_form_field, log_in, open_new_job_form
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def test_a_bad_walltime_is_explained_next_to_the_field_and_the_form_is_kept(page, live_server, local_site, shots):
+    from portal.jobs.models import Job
+
+    log_in(page, live_server.url, "alice")
+    open_new_job_form(page)
+    # Untouched, the preview lists what is still to fill in, calmly (no alert).
+    expect(page.locator("#preview-error")).to_contain_text("Hardware: still to fill in")
+    expect(page.locator("#preview [role=alert]")).to_have_count(0)
+    shots(page, "empty-form")
+
+    job_form_field(page, "Hardware").select_option(str(local_site.hardware.pk))
+    job_form_field(page, "Name").fill("bad-walltime")
+    job_form_field(page, "Script").fill("echo hi")
+    job_form_field(page, "Walltime").fill("abc")
+    # The preview already says what is wrong.
+    expect(page.locator("#preview-error")).to_contain_text("walltime 'abc' is not a duration")
+    shots(page, "preview-says-why")
+
+    page.get_by_role("button", name="Run", exact=True).click()
+    expect(page).to_have_url(re.compile(r"/jobs/new/$"))
+    walltime = job_form_field(page, "Walltime")
+    message = page.locator(".kk-field:has(#id_walltime) .invalid-feedback")
+    expect(message).to_have_text("walltime 'abc' is not a duration: write HH:MM:SS (e.g. 01:30:00) or 90m, 2h, 1d")
+    expect(message).to_be_visible()
+    # Next to the field: right under it.
+    field_box, message_box = walltime.bounding_box(), message.bounding_box()
+    assert 0 <= message_box["y"] - (field_box["y"] + field_box["height"]) < 40, (field_box, message_box)
+    expect(walltime).to_have_attribute("aria-invalid", "true")
+    # The summary at the top says the job was not submitted and links to the field.
+    summary = page.locator("#form-errors")
+    expect(summary).to_contain_text("The job was not submitted.")
+    summary.get_by_role("link", name="Walltime").click()
+    expect(walltime).to_be_focused()
+    # What was typed is still there.
+    expect(walltime).to_have_value("abc")
+    expect(job_form_field(page, "Name")).to_have_value("bad-walltime")
+    expect(job_form_field(page, "Script")).to_have_value("echo hi")
+    expect(job_form_field(page, "Hardware")).to_have_value(str(local_site.hardware.pk))
+    shots(page, "refused")
+    assert Job.objects.count() == 0
+
+    # Corrected, it goes through.
+    walltime.fill("90m")
+    page.get_by_role("button", name="Run", exact=True).click()
+    expect(page).to_have_url(re.compile(r"/jobs/\d+/$"))
+    assert Job.objects.get().walltime_seconds == 5400
+
+
+def test_a_multi_line_script_typed_in_the_browser_reaches_the_job_with_unix_line_ends(page, live_server, local_site):
+    from portal.jobs.models import Job
+
+    log_in(page, live_server.url, "alice")
+    open_new_job_form(page)
+    job_form_field(page, "Hardware").select_option(str(local_site.hardware.pk))
+    job_form_field(page, "Name").fill("two-lines")
+    job_form_field(page, "Script").fill("echo one\nsleep 1\n")
+    expect(page.locator("#script-preview")).to_contain_text("two-lines")
+    page.get_by_role("button", name="Run", exact=True).click()
+    expect(page).to_have_url(re.compile(r"/jobs/\d+/$"))
+    assert Job.objects.get().script.split("\n") == ["echo one", "sleep 1"]

@@ -1,0 +1,247 @@
+"""Shared fixtures: a live Celery worker over the real Redis, and small builders for portal objects."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from backends.transport import SSHTransport
+
+ROOT = Path(__file__).resolve().parent.parent
+CLUSTER_DIR = Path(os.environ.get("KAKEHASHI_CLUSTER_DIR", "/var/tmp/kakehashi-cluster"))
+PORTS = {"slurm": 2222, "pbs": 2223, "sge-site": 2224, "sge": 2225, "slurm-slow": 2226}
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture(scope="session")
+def test_cluster() -> Path:
+    """The harness is up (started here if `make cluster-up` was not run)."""
+    if not all(_port_open(p) for p in PORTS.values()):
+        subprocess.run([str(ROOT / "tests/cluster/up.sh")], check=True)
+    return CLUSTER_DIR
+
+
+@pytest.fixture(scope="session")
+def known_hosts(test_cluster) -> str:
+    return (test_cluster / "known_hosts").read_text()
+
+
+@pytest.fixture(scope="session")
+def user_key(test_cluster):
+    def key(user: str) -> str:
+        return (test_cluster / "keys" / user).read_text()
+
+    return key
+
+
+@pytest.fixture(scope="session")
+def transport_for(known_hosts, user_key):
+    def make(login: str, user: str = "alice") -> SSHTransport:
+        return SSHTransport("127.0.0.1", PORTS[login], user, user_key(user), known_hosts, timeout=30)
+
+    yield make
+    SSHTransport.close_all()
+
+
+
+
+@pytest.fixture(scope="session")
+def worker_log_path() -> Path:
+    path = Path(settings.VAR_DIR) / "worker.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def start_worker(name: str, queue: str, log_path: Path, **env_overrides: str) -> subprocess.Popen:
+    """A real `celery worker -B` process (its own session, so a test can kill it whole) on the test database."""
+    db = connection.settings_dict
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
+        "CELERY_TASK_DEFAULT_QUEUE": queue,
+        "PYTHONUNBUFFERED": "1",
+        **env_overrides,
+    }
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    start = log_path.stat().st_size if log_path.exists() else 0
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "celery", "-A", "workers", "worker", "-B",
+                "-s", str(Path(settings.VAR_DIR) / f"beat-schedule-{name}"),
+                "-Q", queue, "--concurrency", "2", "--loglevel", "INFO",
+                "-n", f"{name}-{os.environ['KAKEHASHI_TEST_RUN']}@%h",
+            ],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the Celery worker exited at start; see {log_path}")
+        with open(log_path, "rb") as fh:
+            fh.seek(start)
+            if b"ready." in fh.read():
+                return proc
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"the Celery worker did not become ready; see {log_path}")
+
+
+def stop_worker(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def live_worker(django_db_setup, django_db_blocker, worker_log_path):
+    """A real Celery worker with beat on this run's Redis queue, using the test database."""
+    proc = start_worker("test", settings.CELERY_TASK_DEFAULT_QUEUE, worker_log_path)
+    yield proc
+    stop_worker(proc)
+
+
+def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2, message: str = "condition"):
+    """Poll until predicate() is truthy; return its value or fail with `message`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {message}")
+
+
+# ------------------------------------------------------------------------------------------------ builders
+
+
+@pytest.fixture
+def make_user(django_user_model):
+    def make(username: str, *, staff: bool = False, password: str = "pw-for-tests-123", email: str | None = None):
+        user = django_user_model.objects.create_user(
+            username=username, password=password, email=email or f"{username}@example.org", is_staff=staff
+        )
+        return user
+
+    return make
+
+
+@pytest.fixture
+def local_site(make_user, tmp_path, settings):
+    """A project on the local cluster with a strict budget, an owner `alice`, and an outsider `mallory`."""
+    from portal.budgets.models import Budget
+    from portal.catalog.models import HardwareType
+    from portal.clusters.models import Allocation, Cluster, Kind
+    from portal.projects.models import Membership, Project, Role
+
+    settings.KAKEHASHI_LOCAL_JOBS_DIR = str(Path(settings.VAR_DIR) / "jobs")
+    alice = make_user("alice")
+    mallory = make_user("mallory")
+    project = Project.objects.create(slug="vision", name="Vision lab")
+    other = Project.objects.create(slug="nlp", name="NLP lab")
+    Membership.objects.create(user=alice, project=project, role=Role.OWNER)
+    Membership.objects.create(user=mallory, project=other, role=Role.OWNER)
+    cluster = Cluster.objects.create(slug="local", name="This machine", kind=Kind.LOCAL,
+                                     options={"root": settings.KAKEHASHI_LOCAL_JOBS_DIR})
+    hardware = HardwareType.objects.create(cluster=cluster, slug="local-cpu", name="Local CPU", cpus_per_node=2,
+                                           max_nodes=1, max_walltime_hours=12, rate=Decimal("10"), rate_unit="points")
+    Allocation.objects.create(project=project, cluster=cluster)
+    Allocation.objects.create(project=other, cluster=cluster)
+    budget = Budget.objects.create(project=project, amount=Decimal("100"), unit="points", strict=True)
+
+    class Site:
+        pass
+
+    site = Site()
+    site.alice, site.mallory, site.project, site.other = alice, mallory, project, other
+    site.cluster, site.hardware, site.budget = cluster, hardware, budget
+    return site
+
+
+@pytest.fixture(scope="session")
+def cluster_keys(request):
+    """One key pair per researcher for the whole run, installed once on the test cluster's login nodes."""
+    from portal.clusters.actions import generate_key_pair
+    from portal.clusters.loopback import install_public_key
+
+    request.getfixturevalue("test_cluster")
+    keys = {}
+    for user in ("alice", "bob"):
+        private, public = generate_key_pair(f"kakehashi-tests:{user}")
+        install_public_key(user, public)
+        keys[user] = (private, public)
+    return keys
+
+
+@pytest.fixture
+def hpc_site(local_site, cluster_keys, test_cluster, make_user):
+    """local_site plus the loopback clusters registered, allocated to project "vision" as group kkdemo, and
+    alice's (and bob's) accounts linked with this run's keys."""
+    from portal.clusters.loopback import register_clusters
+    from portal.clusters.models import ClusterAccount
+    from portal.projects.models import Membership, Role
+
+    clusters = register_clusters(test_cluster, local_site.project)
+    bob = make_user("bob")
+    Membership.objects.create(user=bob, project=local_site.project, role=Role.MEMBER)
+    for user, name in ((local_site.alice, "alice"), (bob, "bob")):
+        private, public = cluster_keys[name]
+        for cluster in clusters.values():
+            account = ClusterAccount(cluster=cluster, user=user, username=name, public_key=public)
+            account.set_private_key(private)
+            account.save()
+    local_site.clusters, local_site.bob = clusters, bob
+    return local_site
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _flush_retries_when_the_live_worker_holds_a_lock():
+    """Transactional tests end with TRUNCATE of every table while the live worker may still be locking rows of
+    the test that just ended; PostgreSQL then breaks the deadlock by failing one side. Retry the flush."""
+    from django.db import OperationalError
+    from django.test import TransactionTestCase
+
+    original = TransactionTestCase._fixture_teardown
+
+    def teardown(self):
+        for attempt in range(5):
+            try:
+                return original(self)
+            except Exception as exc:  # noqa: BLE001 - flush wraps the database error in a CommandError
+                cause = exc.__cause__ or exc
+                if attempt == 4 or not (isinstance(cause, OperationalError) and "deadlock" in str(cause)):
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+        return None
+
+    TransactionTestCase._fixture_teardown = teardown
+    yield
+    TransactionTestCase._fixture_teardown = original
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """One headless Chromium for all browser tests, wherever they live: two Playwright instances in one process
+    clash ("Sync API inside the asyncio loop")."""
+    from tests.browser.conftest import launch_browser
+
+    yield from launch_browser()

@@ -1,0 +1,64 @@
+"""Settings come from the environment; production refuses to start on development defaults."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from portal.env import EnvError, env_bool, env_int
+
+ROOT = Path(__file__).resolve().parents[2]
+GOOD_KEY = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
+
+
+def _load_settings(**env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("KAKEHASHI_", "SECRET_KEY", "DATABASE_URL", "DEBUG", "CELERY_", "REDIS_URL", "CACHE_"))}
+    return subprocess.run(
+        [sys.executable, "-c", "import portal.settings as s; print(s.DEBUG, s.DATABASES['default']['ENGINE'], s.CELERY_BROKER_URL)"],
+        cwd=ROOT, env={**clean, **env}, capture_output=True, text=True,
+    )
+
+
+def test_development_defaults_need_no_configuration():
+    result = _load_settings()
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "django.db.backends.sqlite3", "filesystem://"]
+
+
+def test_production_refuses_the_default_secret_key():
+    result = _load_settings(KAKEHASHI_PROFILE="production", KAKEHASHI_ENCRYPTION_KEYS=GOOD_KEY)
+    assert result.returncode != 0
+    assert "SECRET_KEY must be set" in result.stderr
+
+
+def test_production_refuses_a_missing_encryption_key():
+    result = _load_settings(KAKEHASHI_PROFILE="production", SECRET_KEY="x" * 50)
+    assert result.returncode != 0
+    assert "KAKEHASHI_ENCRYPTION_KEYS must be set" in result.stderr
+
+
+def test_production_starts_with_real_secrets_and_debug_off():
+    result = _load_settings(
+        KAKEHASHI_PROFILE="production", SECRET_KEY="x" * 50, KAKEHASHI_ENCRYPTION_KEYS=GOOD_KEY,
+        DATABASE_URL="postgres://u:p@db:5432/k", CELERY_BROKER_URL="redis://r:6379/0",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "django.db.backends.postgresql", "redis://r:6379/0"]
+
+
+def test_an_unknown_profile_is_refused():
+    result = _load_settings(KAKEHASHI_PROFILE="prod")
+    assert result.returncode != 0 and "KAKEHASHI_PROFILE" in result.stderr
+
+
+def test_a_mistyped_boolean_names_the_variable(monkeypatch):
+    monkeypatch.setenv("DEBUG", "maybe")
+    with pytest.raises(EnvError, match="DEBUG='maybe'"):
+        env_bool("DEBUG")
+    monkeypatch.setenv("N", "ten")
+    with pytest.raises(EnvError, match="N='ten'"):
+        env_int("N", 1)

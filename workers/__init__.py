@@ -1,0 +1,3 @@
+from workers.celery import app
+
+__all__ = ["app"]
