@@ -19,9 +19,18 @@ def _finished(job_id: int) -> Job | None:
     return job if job.is_final else None
 
 
-def _stdout(job: Job) -> str:
-    out = wait_for(lambda: JobOutput.objects.filter(job=job, stream="stdout", complete=True).first(), message="stdout")
+def _stream(job: Job, stream: str) -> str:
+    out = wait_for(lambda: JobOutput.objects.filter(job=job, stream=stream, complete=True).first(), message=stream)
     return bytes(out.data).decode()
+
+
+def _stdout(job: Job) -> str:
+    return _stream(job, "stdout")
+
+
+def _story(job: Job) -> str:
+    """What a researcher would read on the job page when it fails: both streams and the reason."""
+    return f"{_stdout(job)}\n--- stderr ---\n{_stream(job, 'stderr')}\n--- reason ---\n{job.state_reason}"
 
 
 def _losses(text: str) -> list[float]:
@@ -39,7 +48,7 @@ def test_ddp_training_on_one_node_with_two_processes_through_torchrun_loss_falls
     assert 'torchrun --nnodes=1 --nproc-per-node=2 --standalone --no-python bash "$KAKEHASHI_JOB_DIR/payload.sh"' in job.rendered_script
     job = wait_for(lambda: _finished(job.pk), timeout=180, message="DDP training")
     text = _stdout(job)
-    assert job.state == JobState.COMPLETED, text + job.state_reason
+    assert job.state == JobState.COMPLETED, _story(job)
     assert "world size 2 (cpu, gloo)" in text
     losses = _losses(text)
     assert len(losses) == 3 and losses[-1] < losses[0] * 0.5
@@ -52,7 +61,7 @@ def test_ddp_training_across_two_nodes_rendezvous_on_the_first_host(hpc_site, li
     assert '--rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"' in job.rendered_script
     job = wait_for(lambda: _finished(job.pk), timeout=180, message="two-node DDP training")
     text = _stdout(job)
-    assert job.state == JobState.COMPLETED, text + job.state_reason
+    assert job.state == JobState.COMPLETED, _story(job)
     assert "hosts:   node01 node02" in text and "world size 2 (cpu, gloo)" in text
     losses = _losses(text)
     assert len(losses) == 2 and losses[-1] < losses[0]
@@ -64,7 +73,7 @@ def test_the_health_check_is_measured_and_stored_with_the_hardware(hpc_site, liv
     job = _submit(hpc_site, name="health", template="gpu-health", script="", walltime="00:10:00", hardware=hardware,
                   procs_per_node=2)
     job = wait_for(lambda: _finished(job.pk), timeout=180, message="the health check")
-    assert job.state == JobState.COMPLETED, _stdout(job)
+    assert job.state == JobState.COMPLETED, _story(job)
     hardware = wait_for(lambda: HardwareType.objects.filter(pk=hardware.pk, measured__has_key="tflops").first(),
                         message="the measurement to be stored")
     assert hardware.measured["mode"] == "cpu" and hardware.measured["world_size"] == 2
