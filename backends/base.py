@@ -100,6 +100,9 @@ class JobStatus:
     state: State
     reason: str = ""
     exit_code: int | None = None
+    # The queue still holds an entry for a job that will never run (Grid Engine's error state): it counts
+    # against the user's limits until deleted, so the portal removes it once the failure is recorded.
+    stuck: bool = False
 
 
 @dataclass(frozen=True)

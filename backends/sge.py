@@ -333,12 +333,9 @@ def _queue_entries(text: str) -> Iterable[_QueueEntry]:
 def _queue_state(code: str, listed: str) -> tuple[State, str]:
     if "E" in code:
         # Error state: the shepherd failed to start the job (e.g. an output path it cannot write) and SGE
-        # will not try again unless someone clears it. Reported as final so the portal asks accounting,
-        # which holds the cause (`failed 26 : opening input/output file`); the entry stays in the queue.
-        return State.FAILED, (
-            f"Grid Engine could not start the job (state {code}; it stays queued in error state until "
-            "deleted or cleared with qmod -cj); see qstat -j for the cause"
-        )
+        # will not try again unless someone clears it. Reported as final (and stuck) so the portal asks
+        # accounting, which holds the cause (`failed 26 : opening input/output file`), then deletes the entry.
+        return State.FAILED, f"Grid Engine could not start the job (error state {code})"
     running = listed == "running" or "r" in code or "t" in code
     reasons = []
     if "d" in code:
@@ -366,7 +363,7 @@ def parse_qstat_xml(text: str, wanted: set[str]) -> dict[str, JobStatus]:
         known = statuses.get(entry.job_id)
         if known is not None and _LIVELINESS[known.state] >= _LIVELINESS[state]:
             continue
-        statuses[entry.job_id] = JobStatus(entry.job_id, state, reason)
+        statuses[entry.job_id] = JobStatus(entry.job_id, state, reason, stuck="E" in entry.code)
     return statuses
 
 

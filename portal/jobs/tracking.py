@@ -6,6 +6,7 @@ backwards and two trackers cannot both apply the same ending.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -16,8 +17,10 @@ from backends.base import BackendError, JobRecord, State
 from backends.transport import TransportError
 from portal.clusters.connect import NoClusterAccount, account_for, backend_for
 from portal.clusters.models import Cluster, ClusterAccount, Kind
-from portal.jobs.models import FINAL_STATES, TRACKED_STATES, Job, JobState
+from portal.jobs.models import FINAL_STATES, TRACKED_STATES, Job, JobEvent, JobState
 from portal.jobs.transitions import locked_job, transition
+
+logger = logging.getLogger(__name__)
 
 _STATE_MAP = {
     State.PENDING: JobState.PENDING,
@@ -36,6 +39,7 @@ class TrackReport:
     finished: int = 0
     lost: int = 0
     scheduler_calls: int = 0
+    removed: int = 0
     error: str = ""
 
 
@@ -105,6 +109,10 @@ def track_cluster(cluster_id: int) -> TrackReport:
     seen = [job.pk for job in jobs if job.scheduler_id in statuses or job.scheduler_id in records]
     if seen:
         Job.objects.filter(pk__in=seen).update(last_seen_at=now)
+    for job in jobs:
+        status = statuses.get(job.scheduler_id)
+        if status is not None and status.stuck:
+            report.removed += remove_stuck_entry(job.pk)
     return report
 
 
@@ -176,3 +184,26 @@ def flag_lost_if_silent(job_id: int, now) -> bool:
             reason="neither the scheduler's queue nor its accounting knows this job; an admin should check it",
         )
     return True
+
+
+def remove_stuck_entry(job_id: int) -> int:
+    """Delete a queue entry that will never run, once the portal has recorded the job's end (1 if deleted).
+
+    Grid Engine keeps a job it could not start in error state (Eqw) until someone deletes it, and it counts
+    against the user's limits meanwhile. Deleting waits for the recorded failure so that the cause, which
+    accounting holds, is already on the job page. The delete runs as the job's owner (the monitoring account
+    may not delete other users' jobs); if it fails, the job page says so and the entry is left to the site.
+    """
+    job = Job.objects.select_related("cluster", "user", "project").get(pk=job_id)
+    if job.state not in FINAL_STATES:
+        return 0
+    try:
+        backend_for(job.cluster, account_for(job.cluster, job.user, job.project)).cancel(job.scheduler_id)
+    except (BackendError, TransportError, NoClusterAccount) as exc:
+        logger.warning("could not delete stuck scheduler job %s of job %s: %s", job.scheduler_id, job.pk, exc)
+        note = f"still in the scheduler's queue in an error state; deleting it failed: {exc}"
+        JobEvent.objects.create(job=job, from_state=job.state, to_state=job.state, reason=note[:2000])
+        return 0
+    JobEvent.objects.create(job=job, from_state=job.state, to_state=job.state,
+                            reason="deleted from the scheduler's queue, where it was stuck in an error state")
+    return 1

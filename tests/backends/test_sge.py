@@ -265,8 +265,11 @@ def test_statuses_of_running_pending_array_held_and_error_state_jobs_from_one_qs
     assert statuses[IDS["arr"]].state == State.RUNNING
     assert statuses[IDS["held"]].state == State.PENDING and "held" in statuses[IDS["held"]].reason
     assert statuses[IDS["heldarr"]].state == State.PENDING
-    # Error state: final, so the portal asks accounting, which has the cause (see the qacct test below).
-    assert statuses[IDS["eqw"]].state == State.FAILED and "qmod -cj" in statuses[IDS["eqw"]].reason
+    # Error state: final, so the portal asks accounting, which has the cause (see the qacct test below), and
+    # stuck: the entry would sit in the queue until somebody deletes it.
+    assert statuses[IDS["eqw"]].state == State.FAILED and "error state Eqw" in statuses[IDS["eqw"]].reason
+    assert statuses[IDS["eqw"]].stuck
+    assert not any(statuses[IDS[k]].stuck for k in ("run", "hrt", "arr", "held", "heldarr"))
     assert IDS["ok"] not in statuses  # finished: only accounting knows it
     assert IDS["bob"] not in statuses  # another user's job, not asked for
 

@@ -239,3 +239,33 @@ def test_a_cluster_may_run_a_projects_jobs_as_its_service_account(hpc_site, clus
                       message="accounting")
     assert record.state == State.COMPLETED
     assert "whoami=bob" in backend.read_output(job.remote_dir, "stdout").decode()
+
+
+@pytest.mark.django_db
+def test_a_grid_engine_job_stuck_in_error_state_fails_with_its_cause_and_leaves_the_queue(hpc_site):
+    """SGE keeps a job it could not start (here: an output file it may not write) as `Eqw` forever."""
+    submission = actions.submit_job(hpc_site.alice, actions.JobRequest(
+        project=hpc_site.project, name="eqw", script="true", hardware=HardwareType.objects.get(slug="sge-gpu"),
+        walltime="00:05:00"))
+    job = submission.job
+    backend = backend_for(job.cluster, account_for(job.cluster, job.user, job.project))
+    # Submitted by hand, as the portal never writes to a path it cannot: SGE's shepherd fails to open it.
+    raw = backend.transport.run_shell("echo true | qsub -terse -N kh-eqw -o /root/nope.log -j y")
+    assert raw.ok, raw.message
+    scheduler_id = raw.stdout.strip()
+    Job.objects.filter(pk=job.pk).update(state=JobState.PENDING, scheduler_id=scheduler_id)
+
+    def stuck():
+        status = backend.statuses([scheduler_id]).get(scheduler_id)
+        return status is not None and status.stuck
+
+    wait_for(stuck, timeout=60, message="the error state")
+
+    report = tracking.track_cluster(job.cluster_id)
+
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED
+    assert "input/output file" in job.state_reason or "error state" in job.state_reason, job.state_reason
+    assert report.removed == 1
+    assert scheduler_id not in backend.statuses([scheduler_id])
+    assert job.events.filter(reason__contains="deleted from the scheduler's queue").exists()
