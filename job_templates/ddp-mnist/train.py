@@ -9,10 +9,8 @@ Rank 0 prints the loss per epoch and writes metrics.json to $KAKEHASHI_OUTPUT_DI
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -23,6 +21,8 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
+
+from kakehashi_dist import leave_together  # staged next to this file
 
 
 def synthetic_digits(n: int, seed: int = 0) -> TensorDataset:
@@ -101,22 +101,6 @@ def main() -> None:
         print(f"final loss {losses[-1]:.4f} (first {losses[0]:.4f})", flush=True)
     del model, optimizer, loader  # DDP's reducer holds the process group; let it go first
     leave_together()
-
-
-def leave_together() -> None:
-    """Tear the process group down on every rank at once, then exit without interpreter finalization.
-
-    The results are written by now. gloo's worker threads can outlive destroy_process_group() while something
-    still references the group, and their teardown during interpreter exit then aborts the rank ("terminate
-    called without an active exception", SIGABRT; pytorch/pytorch#179291 describes the race). torchrun reports
-    that as a failed job although the work succeeded, about once in fifty runs on a loaded node here.
-    """
-    dist.barrier()  # a rank that leaves while rank 0 is still writing would break the others' last collective
-    gc.collect()
-    dist.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -8,17 +8,17 @@ see measured speed (and speed per point) in the hardware picker.
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+
+from kakehashi_dist import leave_together  # staged next to this file
 
 
 def matmul_tflops(device: torch.device, size: int, dtype: torch.dtype, repeats: int) -> float:
@@ -106,22 +106,6 @@ def main() -> None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "health.json").write_text(json.dumps(result, indent=2))
     leave_together()
-
-
-def leave_together() -> None:
-    """Tear the process group down on every rank at once, then exit without interpreter finalization.
-
-    The results are written by now. gloo's worker threads can outlive destroy_process_group() while something
-    still references the group, and their teardown during interpreter exit then aborts the rank ("terminate
-    called without an active exception", SIGABRT; pytorch/pytorch#179291 describes the race). torchrun reports
-    that as a failed job although the work succeeded, about once in fifty runs on a loaded node here.
-    """
-    dist.barrier()  # a rank that leaves while rank 0 is still writing would break the others' last collective
-    gc.collect()
-    dist.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 if __name__ == "__main__":

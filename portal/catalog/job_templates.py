@@ -21,9 +21,12 @@ class JobTemplate:
     script: str
     files: tuple[str, ...]
     records_health: bool = False  # its outputs/health.json is stored with the hardware type
+    shared: tuple[str, ...] = ()  # files from job_templates/common/, staged beside the template's own
 
     def file_contents(self) -> dict[str, bytes]:
-        return {name: (ROOT / self.slug / name).read_bytes() for name in self.files}
+        files = {name: (ROOT / "common" / name).read_bytes() for name in self.shared}
+        files.update({name: (ROOT / self.slug / name).read_bytes() for name in self.files})
+        return files
 
 
 TEMPLATES: dict[str, JobTemplate] = {
@@ -36,6 +39,7 @@ TEMPLATES: dict[str, JobTemplate] = {
             launcher="torchrun",
             script='python train.py --epochs "${EPOCHS:-3}"\n',
             files=("train.py",),
+            shared=("kakehashi_dist.py",),
         ),
         JobTemplate(
             slug="gpu-health",
@@ -44,6 +48,7 @@ TEMPLATES: dict[str, JobTemplate] = {
             launcher="torchrun",
             script="python check.py\n",
             files=("check.py",),
+            shared=("kakehashi_dist.py",),
             records_health=True,
         ),
     )
