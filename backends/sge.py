@@ -330,13 +330,15 @@ def _queue_entries(text: str) -> Iterable[_QueueEntry]:
             yield _QueueEntry(number, code, job.get("state", ""))
 
 
-def _queue_state(code: str, listed: str) -> tuple[State, str]:
+def _queue_status(entry: _QueueEntry) -> JobStatus:
+    code = entry.code
     if "E" in code:
         # Error state: the shepherd failed to start the job (e.g. an output path it cannot write) and SGE
-        # will not try again unless someone clears it. Reported as final (and stuck) so the portal asks
+        # will not try again unless someone clears it. Reported as final and stuck, so the portal asks
         # accounting, which holds the cause (`failed 26 : opening input/output file`), then deletes the entry.
-        return State.FAILED, f"Grid Engine could not start the job (error state {code})"
-    running = listed == "running" or "r" in code or "t" in code
+        return JobStatus(entry.job_id, State.FAILED, f"Grid Engine could not start the job (error state {code})",
+                         stuck=True)
+    running = entry.listed == "running" or "r" in code or "t" in code
     reasons = []
     if "d" in code:
         reasons.append("being deleted")
@@ -346,7 +348,7 @@ def _queue_state(code: str, listed: str) -> tuple[State, str]:
         reasons.append(f"held ({code})")
     if "t" in code and "r" not in code:
         reasons.append("starting (being transferred to its host)")
-    return (State.RUNNING if running else State.PENDING), "; ".join(reasons)
+    return JobStatus(entry.job_id, State.RUNNING if running else State.PENDING, "; ".join(reasons))
 
 
 # An array job is listed once per running task and once for its waiting tasks: the liveliest entry speaks.
@@ -359,11 +361,11 @@ def parse_qstat_xml(text: str, wanted: set[str]) -> dict[str, JobStatus]:
     for entry in _queue_entries(text):
         if entry.job_id not in wanted:
             continue
-        state, reason = _queue_state(entry.code, entry.listed)
+        status = _queue_status(entry)
         known = statuses.get(entry.job_id)
-        if known is not None and _LIVELINESS[known.state] >= _LIVELINESS[state]:
+        if known is not None and _LIVELINESS[known.state] >= _LIVELINESS[status.state]:
             continue
-        statuses[entry.job_id] = JobStatus(entry.job_id, state, reason, stuck="E" in entry.code)
+        statuses[entry.job_id] = status
     return statuses
 
 

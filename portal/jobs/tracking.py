@@ -106,13 +106,11 @@ def track_cluster(cluster_id: int) -> TrackReport:
         else:
             if flag_lost_if_silent(job.pk, now):
                 report.lost += 1
+        if status is not None and status.stuck:
+            report.removed += remove_stuck_entry(job.pk)
     seen = [job.pk for job in jobs if job.scheduler_id in statuses or job.scheduler_id in records]
     if seen:
         Job.objects.filter(pk__in=seen).update(last_seen_at=now)
-    for job in jobs:
-        status = statuses.get(job.scheduler_id)
-        if status is not None and status.stuck:
-            report.removed += remove_stuck_entry(job.pk)
     return report
 
 

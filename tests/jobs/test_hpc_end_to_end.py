@@ -241,15 +241,16 @@ def test_a_cluster_may_run_a_projects_jobs_as_its_service_account(hpc_site, clus
     assert "whoami=bob" in backend.read_output(job.remote_dir, "stdout").decode()
 
 
-@pytest.mark.django_db
-def test_a_grid_engine_job_stuck_in_error_state_fails_with_its_cause_and_leaves_the_queue(hpc_site):
-    """SGE keeps a job it could not start (here: an output file it may not write) as `Eqw` forever."""
-    submission = actions.submit_job(hpc_site.alice, actions.JobRequest(
+def _stuck_sge_job(hpc_site, submitter: str) -> tuple[Job, str]:
+    """alice's portal job pointing at a job `submitter` put into SGE's error state by hand (the portal never
+    writes to a path it cannot): the shepherd fails to open /root/nope.log and SGE keeps the job as `Eqw`."""
+    from portal.clusters.models import ClusterAccount
+
+    job = actions.submit_job(hpc_site.alice, actions.JobRequest(
         project=hpc_site.project, name="eqw", script="true", hardware=HardwareType.objects.get(slug="sge-gpu"),
-        walltime="00:05:00"))
-    job = submission.job
-    backend = backend_for(job.cluster, account_for(job.cluster, job.user, job.project))
-    # Submitted by hand, as the portal never writes to a path it cannot: SGE's shepherd fails to open it.
+        walltime="00:05:00")).job
+    account = ClusterAccount.objects.get(cluster=job.cluster, username=submitter)
+    backend = backend_for(job.cluster, account)
     raw = backend.transport.run_shell("echo true | qsub -terse -N kh-eqw -o /root/nope.log -j y")
     assert raw.ok, raw.message
     scheduler_id = raw.stdout.strip()
@@ -260,6 +261,12 @@ def test_a_grid_engine_job_stuck_in_error_state_fails_with_its_cause_and_leaves_
         return status is not None and status.stuck
 
     wait_for(stuck, timeout=60, message="the error state")
+    return job, scheduler_id
+
+
+@pytest.mark.django_db
+def test_a_grid_engine_job_stuck_in_error_state_fails_with_its_cause_and_leaves_the_queue(hpc_site):
+    job, scheduler_id = _stuck_sge_job(hpc_site, "alice")
 
     report = tracking.track_cluster(job.cluster_id)
 
@@ -267,5 +274,25 @@ def test_a_grid_engine_job_stuck_in_error_state_fails_with_its_cause_and_leaves_
     assert job.state == JobState.FAILED
     assert "input/output file" in job.state_reason or "error state" in job.state_reason, job.state_reason
     assert report.removed == 1
+    backend = backend_for(job.cluster, account_for(job.cluster, job.user, job.project))
     assert scheduler_id not in backend.statuses([scheduler_id])
     assert job.events.filter(reason__contains="deleted from the scheduler's queue").exists()
+
+
+@pytest.mark.django_db
+def test_a_stuck_job_the_owner_may_not_delete_is_failed_and_the_job_page_says_it_is_still_queued(hpc_site):
+    """The entry belongs to bob on the cluster, so alice's qdel is refused by SGE itself."""
+    from portal.clusters.models import ClusterAccount
+
+    job, scheduler_id = _stuck_sge_job(hpc_site, "bob")
+    bob = backend_for(job.cluster, ClusterAccount.objects.get(cluster=job.cluster, username="bob"))
+    try:
+        report = tracking.track_cluster(job.cluster_id)
+
+        job.refresh_from_db()
+        assert job.state == JobState.FAILED
+        assert report.removed == 0
+        assert scheduler_id in bob.statuses([scheduler_id])
+        assert job.events.filter(reason__contains="deleting it failed").exists()
+    finally:
+        bob.cancel(scheduler_id)
