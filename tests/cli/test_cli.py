@@ -157,7 +157,7 @@ def test_submit_status_and_follow_the_logs_of_a_real_job(logged_in, tmp_path, li
     assert logs.code == 0, logs.err
     # Followed to the very end: the job script's own closing line is there.
     assert "hello from the cli\nsecond line\n" in logs.out and logs.out.rstrip().endswith("exit status 0 ==")
-    errors = logged_in("logs", str(job_id), "--stream", "stderr")
+    errors = logged_in("logs", str(job_id), "--stream", "stderr", "-f", timeout=60)  # until fetched in full
     assert errors.out.strip() == "oops"
 
     status = logged_in("--json", "status", str(job_id))

@@ -53,7 +53,8 @@ def test_a_submitted_script_runs_to_completed_with_its_output_captured(client, l
     assert history == ["queued", "submitting", "pending", "running", "completed"]
     out = wait_for(lambda: JobOutput.objects.filter(job=job, stream="stdout", complete=True).first(), message="stdout")
     assert b"hello from kakehashi" in bytes(out.data)
-    err = JobOutput.objects.get(job=job, stream="stderr")
+    # The final fetch stores stdout and stderr one after the other: wait for stderr's own "complete".
+    err = wait_for(lambda: JobOutput.objects.filter(job=job, stream="stderr", complete=True).first(), message="stderr")
     assert bytes(err.data).strip() == b"to-stderr"
     # The page shows it without anyone running anything by hand.
     page = client.get(reverse("job-log", args=[job.pk, "stdout"]))
