@@ -66,6 +66,24 @@ class Resources:
 
 
 @dataclass(frozen=True)
+class ArrayElement:
+    """One element of a scheduler array (one point of a parameter sweep).
+
+    Elements are numbered 1..N. Each runs in its own directory `<workdir>/<index>` holding the payload, the
+    job's files and these `files` (e.g. its parameters.json), and gets `env` on top of the job's environment;
+    the scheduler writes its stdout/stderr there, so an element's directory looks like a plain job's.
+    """
+
+    index: int
+    env: Mapping[str, str] = field(default_factory=dict)
+    files: Mapping[str, bytes] = field(default_factory=dict)
+
+
+def element_dir(workdir: str, index: int) -> str:
+    return f"{workdir.rstrip('/')}/{index}"
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """Everything a backend needs to run one job. Built by the portal, validated by `backends.safety`."""
 
@@ -83,13 +101,18 @@ class JobSpec:
     launcher: Launcher = Launcher.SCRIPT
     procs_per_node: int = 0  # 0 = one per GPU (or 1 without GPUs)
     files: Mapping[str, bytes] = field(default_factory=dict)  # extra files for the job dir (notebook, params)
-    array: tuple[int, int] | None = None  # inclusive index range for parameter sweeps
+    # Non-empty: one scheduler array of these elements (1..N), submitted once (`--array`, `-t`, `-J`).
+    array: Sequence[ArrayElement] = ()
 
     @property
     def procs(self) -> int:
         if self.procs_per_node:
             return self.procs_per_node
         return max(self.resources.gpus_per_node, 1)
+
+    @property
+    def array_size(self) -> int:
+        return len(self.array)
 
 
 @dataclass(frozen=True)
@@ -132,6 +155,9 @@ class Backend(ABC):
     """One adapter per scheduler behind this interface (an AWS Batch backend fits it too)."""
 
     kind: ClassVar[str]
+    # Whether the portal may submit a sweep as one scheduler array (`element_id` and per-element ids in
+    # `statuses`, `final_records` and `cancel` work); otherwise a sweep is submitted job by job.
+    supports_arrays: ClassVar[bool] = False
     # Prefix of the lines the scheduler reads as options ("#SBATCH", "#PBS", "#$"), or "" if none.
     directive_prefix: ClassVar[str] = ""
 
@@ -175,6 +201,10 @@ class Backend(ABC):
     @abstractmethod
     def cancel(self, scheduler_id: str) -> None:
         """Ask the scheduler to stop the job. Cancelling a job that already ended is not an error."""
+
+    def element_id(self, array_id: str, index: int) -> str:
+        """The scheduler's id of one element of the array `array_id` (as `submit` returned it)."""
+        raise NotImplementedError(f"{self.kind} does not submit arrays")
 
     def output_path(self, spec_workdir: str, stream: str) -> str:
         name = {"stdout": STDOUT_FILE, "stderr": STDERR_FILE}[stream]

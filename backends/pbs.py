@@ -579,9 +579,10 @@ class PBSBackend(Backend):
             lines += [f"-o {STDOUT_FILE}", f"-e {STDERR_FILE}"]
             if self.direct_write:
                 lines.append("-k oed")
-        if spec.array is not None:
-            flag = "-J" if self.flavour == "pbspro" else "-t"
-            lines.append(f"{flag} {spec.array[0]}-{spec.array[1]}")
+        if spec.array:
+            # Subjob ids, per-subjob output paths and accounting differ between PBS Pro and Torque and could
+            # only be checked against recorded output here: a sweep on PBS is submitted job by job.
+            raise InvalidJobSpec("PBS arrays are not submitted by Kakehashi; a sweep runs as separate jobs")
         return [f"#PBS {line}" for line in lines]
 
     @staticmethod
@@ -655,9 +656,7 @@ class PBSBackend(Backend):
             f"find {index} -maxdepth 1 -type l -mtime +{INDEX_KEEP_DAYS} -delete; }} 2>/dev/null || true; }}"
         )
         command = staged_command(spec.workdir, shlex.join(self.submit_command(spec)))
-        if spec.array is None:
-            # The elements of an array share one directory, so no single exit file speaks for the array.
-            command = f"{command} && {link}"
+        command = f"{command} && {link}"
         result = self.transport.run_shell(command, stdin=staging_archive(spec, script))
         if not result.ok:
             raise submit_error(result.exit_status, result.stdout, result.stderr)

@@ -152,11 +152,18 @@ def validate_spec(spec: JobSpec) -> JobSpec:
             raise InvalidJobSpec(f"{label} must be a whole number between 0 and 100000")
     if spec.resources.nodes < 1:
         raise InvalidJobSpec("a job needs at least one node")
-    if spec.array is not None:
-        start, end = spec.array
-        if not (isinstance(start, int) and isinstance(end, int) and 0 <= start <= end <= 100_000):
-            raise InvalidJobSpec("array range must be two whole numbers, first ≤ last")
+    if spec.array:
+        indexes = [element.index for element in spec.array]
+        if indexes != list(range(1, len(indexes) + 1)) or len(indexes) > MAX_ARRAY_ELEMENTS:
+            raise InvalidJobSpec(f"array elements must be numbered 1..N, at most {MAX_ARRAY_ELEMENTS}")
+        for element in spec.array:
+            check_env(element.env)
+            for name in element.files:
+                check_file_name(name)
     return spec
+
+
+MAX_ARRAY_ELEMENTS = 1000
 
 
 def directive_lines(script: str, prefix: str) -> list[str]:

@@ -21,6 +21,7 @@ class Dialect:
     job_id_var: str  # e.g. SLURM_JOB_ID
     enter_dir: str = ""  # shell line that enters the job directory, if the scheduler does not already
     multi_node_prefix: str = "mpirun"  # "srun" where the scheduler starts per-node tasks itself
+    array_index_var: str = ""  # e.g. SLURM_ARRAY_TASK_ID: which element of an array this is
 
 
 def hms(seconds: int) -> str:
@@ -103,6 +104,8 @@ def render_body(spec: JobSpec, dialect: Dialect) -> str:
     ]
     if dialect.enter_dir:
         lines.append(dialect.enter_dir)
+    if spec.array:
+        lines += _enter_element_dir(spec, dialect)
     lines += [
         'export KAKEHASHI_JOB_DIR="$PWD"',
         f"export KAKEHASHI_JOB_NAME={shlex.quote(spec.name)}",
@@ -115,7 +118,12 @@ def render_body(spec: JobSpec, dialect: Dialect) -> str:
         # A port derived from the job id keeps two jobs sharing a first node from colliding. Only the id's
         # leading digits count: PBS ids carry a server suffix ("1234.server", "1234[5].server").
         f'_kh_id_digits="${{{dialect.job_id_var}%%[!0-9]*}}"',
-        'export MASTER_PORT=$(( 29500 + 10#${_kh_id_digits:-0} % 1000 ))',
+        (
+            # Elements of a Grid Engine array share one job id: the element's index keeps their ports apart.
+            'export MASTER_PORT=$(( 29500 + (10#${_kh_id_digits:-0} + KAKEHASHI_ARRAY_INDEX) % 1000 ))'
+            if spec.array
+            else 'export MASTER_PORT=$(( 29500 + 10#${_kh_id_digits:-0} % 1000 ))'
+        ),
         'echo "== Kakehashi job $KAKEHASHI_JOB_NAME (scheduler id ${KAKEHASHI_SCHEDULER_JOB_ID:-none}) =="',
         'echo "date:    $(date -Is)"',
         'echo "hosts:   $(tr \'\\n\' \' \' < hosts.txt)"',
@@ -133,6 +141,8 @@ def render_body(spec: JobSpec, dialect: Dialect) -> str:
     )
     for key, value in spec.env.items():
         lines.append(f"export {key}={shlex.quote(value)}")
+    if spec.array:
+        lines += _element_env(spec)
     if spec.setup.strip():
         lines += ["# software setup (from the catalog)", spec.setup.strip()]
     if spec.cwd:
@@ -154,6 +164,31 @@ def render_body(spec: JobSpec, dialect: Dialect) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _enter_element_dir(spec: JobSpec, dialect: Dialect) -> list[str]:
+    """An array element runs in its own directory (`<job dir>/<index>`), which staging filled beforehand."""
+    if not dialect.array_index_var:
+        raise ValueError("this scheduler's dialect names no array index variable")
+    return [
+        f"# ---- one element of an array of {spec.array_size}: its own directory, its own parameters ----",
+        f'export KAKEHASHI_ARRAY_INDEX="${{{dialect.array_index_var}:-}}"',
+        'case "$KAKEHASHI_ARRAY_INDEX" in',
+        "  ''|*[!0-9]*) echo 'Kakehashi: this array job started without an element index' >&2; exit 97 ;;",
+        "esac",
+        'cd -- "$KAKEHASHI_ARRAY_INDEX" || { echo "Kakehashi: no directory for array element '
+        '$KAKEHASHI_ARRAY_INDEX" >&2; exit 97; }',
+    ]
+
+
+def _element_env(spec: JobSpec) -> list[str]:
+    """Each element's own variables (its sweep point), chosen by index; shown in the preview as submitted."""
+    lines = ['case "$KAKEHASHI_ARRAY_INDEX" in']
+    for element in spec.array:
+        exports = " ".join(f"{key}={shlex.quote(value)}" for key, value in element.env.items())
+        lines.append(f"  {element.index}) {'export ' + exports + ' ' if exports else ''};;")
+    lines.append("esac")
+    return lines
+
+
 def assemble(shebang: str, directives: list[str], body: str) -> str:
     return "\n".join([shebang, *directives, body])
 
@@ -162,8 +197,15 @@ def staging_archive(spec: JobSpec, script: str) -> bytes:
     """A tar of the job directory's inputs, sent on the submit command's stdin (one round trip)."""
     buf = io.BytesIO()
     now = time.time()
+    inputs = {PAYLOAD_FILE: spec.payload.encode(), **spec.files}
+    if spec.array:
+        # Every element's directory holds what a plain job's would: the payload, the files, its own files.
+        members = {SCRIPT_FILE: script.encode()}
+        for element in spec.array:
+            members |= {f"{element.index}/{name}": data for name, data in {**inputs, **element.files}.items()}
+    else:
+        members = {SCRIPT_FILE: script.encode(), **inputs}
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        members = {SCRIPT_FILE: script.encode(), PAYLOAD_FILE: spec.payload.encode(), **spec.files}
         for name, data in members.items():
             info = tarfile.TarInfo(name)
             info.size = len(data)

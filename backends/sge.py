@@ -17,6 +17,10 @@ ever written as one and the payload lives in its own file.
 
 qacct prints times with ctime() in the login node's local zone; the command sets TZ=UTC0, so the times are
 UTC whatever zone the cluster is in (no setting to get wrong, no DST ambiguity).
+
+A sweep is one array job (`-t 1-N`). Its elements are addressed in SGE's own job_task notation, "123.4": qdel
+takes it as it is, qstat lists a running task as an entry of its own and the waiting ones as one entry with a
+task list ("5,6,8,10", "2-10:4"), and qacct writes one record per task (`taskid 4`).
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ PROFILES = ("tsubame", "abci", "generic")
 _COMMAND_LINE_GROUP = {"tsubame", "abci"}
 
 _ID_RE = re.compile(r"^\d+$")
+# What the backend takes as an id: a job, or one task of an array job ("123.4"). They reach a shell.
+_SCHEDULER_ID_RE = re.compile(r"\d+(?:\.\d+)?")
 # `qsub -terse` prints "123", or "123.1-4:1" for an array job.
 _TERSE_RE = re.compile(r"^(\d+)(\.\d+(-\d+(:\d+)?)?)?$")
 # Complex (resource) and parallel environment names: they become `-l NAME=N` / `-pe NAME N`, so no `=` or `,`
@@ -80,7 +86,7 @@ def h_rt(seconds: int) -> str:
 
 
 def _check_ids(ids: Sequence[str]) -> list[str]:
-    bad = [i for i in ids if not isinstance(i, str) or not _ID_RE.match(i)]
+    bad = [i for i in ids if not isinstance(i, str) or not _SCHEDULER_ID_RE.fullmatch(i)]
     if bad:
         raise BackendError(f"not Grid Engine job ids: {bad!r}")
     return list(dict.fromkeys(ids))
@@ -94,6 +100,7 @@ def _check_name(kind: str, value: str, pattern: re.Pattern[str] = _NAME_RE) -> s
 
 class SGEBackend(Backend):
     kind = "sge"
+    supports_arrays = True
     directive_prefix = "#$"
     dialect = Dialect(
         # A parallel environment lists its hosts in $PE_HOSTFILE ("host slots queue ..."); ABCI also
@@ -104,6 +111,7 @@ class SGEBackend(Backend):
         ),
         job_id_var="JOB_ID",
         multi_node_prefix="mpirun",
+        array_index_var="SGE_TASK_ID",
     )
 
     def __init__(self, transport, settings: Mapping[str, object] | None = None) -> None:
@@ -127,8 +135,9 @@ class SGEBackend(Backend):
             "-S /bin/bash",  # sites in posix_compliant mode would otherwise start the queue's shell (csh)
             f"-N {check_job_name(spec.name)}",
             "-cwd",
-            f"-o {STDOUT_FILE}",
-            f"-e {STDERR_FILE}",
+            # qsub expands the pseudo variable $TASK_ID in these paths: each array element writes its own files.
+            f"-o $TASK_ID/{STDOUT_FILE}" if spec.array else f"-o {STDOUT_FILE}",
+            f"-e $TASK_ID/{STDERR_FILE}" if spec.array else f"-e {STDERR_FILE}",
             "-j n",
         ]
         if spec.group and self.profile not in _COMMAND_LINE_GROUP:
@@ -147,11 +156,8 @@ class SGEBackend(Backend):
         if (memory := mapping.get("memory_resource")) and res.memory_gb:
             lines.append(f"-l {_check_name('memory_resource', memory)}={int(res.memory_gb)}G")
         lines.append(f"-l h_rt={h_rt(spec.walltime_seconds)}")
-        if spec.array is not None:
-            start, end = spec.array
-            if start < 1:
-                raise InvalidJobSpec("Grid Engine array task ids start at 1: use a range like 1-10")
-            lines.append(f"-t {start}-{end}")
+        if spec.array:
+            lines.append(f"-t 1-{spec.array_size}")
         return [f"#$ {line}" for line in lines]
 
     def render(self, spec: JobSpec) -> str:
@@ -196,8 +202,13 @@ class SGEBackend(Backend):
         result = self.transport.run_shell(command)
         return parse_find(result.stdout)
 
+    def element_id(self, array_id: str, index: int) -> str:
+        return f"{array_id}.{index}"
+
     def cancel(self, scheduler_id: str) -> None:
         (job_id,) = _check_ids([scheduler_id])
+        # "qdel 123.4" deletes that task only. Gone already: 'job "123" task "4" does not exist' while the
+        # array lives on, 'denied: job "123" does not exist' once it has ended.
         result = self.transport.run(["qdel", job_id])
         if not result.ok and "does not exist" not in result.message:
             raise BackendError(f"qdel {job_id} failed: {result.message}")
@@ -219,9 +230,11 @@ class SGEBackend(Backend):
         ids = _check_ids(scheduler_ids)
         if not ids:
             return {}
-        # qacct takes one job per call: loop on the login node so it stays one SSH exec. An id without a
-        # record (not flushed yet, or deleted while pending) prints "error: job id N not found".
-        command = f'for id in {" ".join(ids)}; do TZ=UTC0 LC_ALL=C qacct -j "$id"; done'
+        # qacct takes one job per call: loop on the login node so it stays one SSH exec. A job's output holds
+        # all its tasks' records, so elements of one array cost one qacct. A job without a record (not flushed
+        # yet, or deleted while pending) prints "error: job id N not found".
+        jobs = dict.fromkeys(i.partition(".")[0] for i in ids)
+        command = f'for id in {" ".join(jobs)}; do TZ=UTC0 LC_ALL=C qacct -j "$id"; done'
         result = self.transport.run_shell(command)
         unexpected = [
             line
@@ -308,6 +321,7 @@ class _QueueEntry:
     job_id: str
     code: str  # the state letters: qw, hqw, r, t, Rr, dr, s, S, T, Eqw, ...
     listed: str  # "running" (queue_info) or "pending" (job_info)
+    tasks: str = ""  # array jobs only: "4" (a running task), "5,6,8,10" or "3-10:1" (tasks waiting alike)
 
 
 def _queue_entries(text: str) -> Iterable[_QueueEntry]:
@@ -320,23 +334,42 @@ def _queue_entries(text: str) -> Iterable[_QueueEntry]:
             listed, body = block
             number = re.search(r"<JB_job_number>(\d+)</JB_job_number>", body)
             state = re.search(r"<state>([A-Za-z]+)</state>", body)
+            tasks = re.search(r"<tasks>([0-9,:-]+)</tasks>", body)
             if number and state:
-                yield _QueueEntry(number.group(1), state.group(1), listed)
+                yield _QueueEntry(number.group(1), state.group(1), listed, tasks.group(1) if tasks else "")
         return
     for job in root.iter("job_list"):
         number = (job.findtext("JB_job_number") or "").strip()
         code = (job.findtext("state") or "").strip()
         if _ID_RE.match(number):
-            yield _QueueEntry(number, code, job.get("state", ""))
+            yield _QueueEntry(number, code, job.get("state", ""), (job.findtext("tasks") or "").strip())
 
 
-def _queue_status(entry: _QueueEntry) -> JobStatus:
+_TASK_RANGE_RE = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?")
+
+
+def task_ranges(tasks: str) -> list[range]:
+    """qstat's task list ("4", "5,6,8,10", "3-10:1", "1,4-10:3") as ranges: membership needs no expansion,
+    however many tasks someone's array has."""
+    ranges = []
+    for part in tasks.split(","):
+        match = _TASK_RANGE_RE.fullmatch(part.strip())
+        if not match:
+            continue
+        first = int(match.group(1))
+        last = int(match.group(2) or first)
+        step = int(match.group(3) or 1)
+        ranges.append(range(first, last + 1, max(step, 1)))
+    return ranges
+
+
+def _queue_status(entry: _QueueEntry, scheduler_id: str) -> JobStatus:
     code = entry.code
     if "E" in code:
         # Error state: the shepherd failed to start the job (e.g. an output path it cannot write) and SGE
         # will not try again unless someone clears it. Reported as final and stuck, so the portal asks
         # accounting, which holds the cause (`failed 26 : opening input/output file`), then deletes the entry.
-        return JobStatus(entry.job_id, State.FAILED, f"Grid Engine could not start the job (error state {code})",
+        return JobStatus(scheduler_id, State.FAILED, f"Grid Engine could not start the job (error state {code})",
                          stuck=True)
     running = entry.listed == "running" or "r" in code or "t" in code
     reasons = []
@@ -348,24 +381,43 @@ def _queue_status(entry: _QueueEntry) -> JobStatus:
         reasons.append(f"held ({code})")
     if "t" in code and "r" not in code:
         reasons.append("starting (being transferred to its host)")
-    return JobStatus(entry.job_id, State.RUNNING if running else State.PENDING, "; ".join(reasons))
+    return JobStatus(scheduler_id, State.RUNNING if running else State.PENDING, "; ".join(reasons))
 
 
 # An array job is listed once per running task and once for its waiting tasks: the liveliest entry speaks.
 _LIVELINESS = {State.RUNNING: 2, State.PENDING: 1, State.FAILED: 0}
 
 
+def _wanted_tasks(wanted: set[str]) -> dict[str, list[int]]:
+    """Task ids ("123.4") of `wanted` by job number."""
+    tasks: dict[str, list[int]] = {}
+    for scheduler_id in wanted:
+        job_id, dot, task = scheduler_id.partition(".")
+        if dot and task.isdigit():
+            tasks.setdefault(job_id, []).append(int(task))
+    return tasks
+
+
+def _entry_ids(entry: _QueueEntry, wanted: set[str], tasks: Mapping[str, list[int]]) -> list[str]:
+    """The ids of `wanted` a queue entry speaks for: its job, and its tasks asked for as "123.4"."""
+    ids = [entry.job_id] if entry.job_id in wanted else []
+    if entry.tasks and entry.job_id in tasks:
+        ranges = task_ranges(entry.tasks)
+        ids += [f"{entry.job_id}.{t}" for t in tasks[entry.job_id] if any(t in r for r in ranges)]
+    return ids
+
+
 def parse_qstat_xml(text: str, wanted: set[str]) -> dict[str, JobStatus]:
-    """Jobs of `wanted` in `qstat -xml` output. An array job is RUNNING while any of its tasks runs."""
+    """Jobs of `wanted` in `qstat -xml` output. An array job is RUNNING while any of its tasks runs; one of
+    its tasks, asked for as "123.4", has the state of its own entry (error state included)."""
+    tasks = _wanted_tasks(wanted)
     statuses: dict[str, JobStatus] = {}
     for entry in _queue_entries(text):
-        if entry.job_id not in wanted:
-            continue
-        status = _queue_status(entry)
-        known = statuses.get(entry.job_id)
-        if known is not None and _LIVELINESS[known.state] >= _LIVELINESS[status.state]:
-            continue
-        statuses[entry.job_id] = status
+        for scheduler_id in _entry_ids(entry, wanted, tasks):
+            status = _queue_status(entry, scheduler_id)
+            known = statuses.get(scheduler_id)
+            if known is None or _LIVELINESS[known.state] < _LIVELINESS[status.state]:
+                statuses[scheduler_id] = status
     return statuses
 
 
@@ -462,43 +514,66 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _SEVERITY = [State.COMPLETED, State.CANCELLED, State.FAILED, State.TIMED_OUT]
 
 
-def parse_qacct(text: str, wanted: set[str]) -> dict[str, JobRecord]:
-    """Final records from `qacct -j` output. Several records of one job (array tasks, tightly integrated
-    parallel tasks) become one: the worst outcome, the earliest start, the latest end, the hosts counted."""
+def _latest_submissions(rows: Iterable[dict[str, str]], job_ids: set[str]) -> dict[str, list[dict[str, str]]]:
+    """The records of each of `job_ids`, from its latest submission only.
+
+    Job numbers wrap (at 10M, or when a cluster's spool is reset) while accounting keeps the old jobs: only the
+    latest submission under a number is ours. All its tasks share one qsub_time."""
     by_job: dict[str, list[dict[str, str]]] = {}
-    for row in split_qacct(text):
-        job_id = row.get("jobnumber", "")
-        if job_id in wanted:
-            by_job.setdefault(job_id, []).append(row)
-    records: dict[str, JobRecord] = {}
+    for row in rows:
+        if row.get("jobnumber", "") in job_ids:
+            by_job.setdefault(row["jobnumber"], []).append(row)
+    latest_rows = {}
     for job_id, all_rows in by_job.items():
-        # Job numbers wrap (at 10M, or when a cluster's spool is reset) while accounting keeps the old jobs:
-        # only the latest submission under this number is ours. Its tasks share one qsub_time.
         latest = max(parse_qacct_time(r.get("qsub_time", "")) or _EPOCH for r in all_rows)
-        rows = [r for r in all_rows if (parse_qacct_time(r.get("qsub_time", "")) or _EPOCH) == latest]
-        outcomes = [_outcome(row) for row in rows]
-        worst_index = max(range(len(rows)), key=lambda i: _SEVERITY.index(outcomes[i].state))
-        worst, row = outcomes[worst_index], rows[worst_index]
-        starts = [t for t in (parse_qacct_time(r.get("start_time", "")) for r in rows) if t]
-        ends = [t for t in (parse_qacct_time(r.get("end_time", "")) for r in rows) if t]
-        started, ended = (min(starts) if starts else None), (max(ends) if ends else None)
-        walls = [w for w in (_seconds(r.get("ru_wallclock", "")) for r in rows) if w is not None]
-        if len(rows) == 1 and walls:
-            elapsed = walls[0]
-        elif started and ended:
-            elapsed = int((ended - started).total_seconds())
-        else:
-            elapsed = max(walls) if walls else None
-        hosts = {r.get("hostname") for r in rows if r.get("hostname")}
-        records[job_id] = JobRecord(
-            scheduler_id=job_id,
-            state=worst.state,
-            exit_code=worst.exit_code,
-            started_at=started,
-            ended_at=ended,
-            elapsed_seconds=elapsed,
-            nodes=len(hosts) or None,
-            reason=worst.reason,
-            raw=dict(row),
-        )
+        latest_rows[job_id] = [r for r in all_rows if (parse_qacct_time(r.get("qsub_time", "")) or _EPOCH) == latest]
+    return latest_rows
+
+
+def _merged_record(scheduler_id: str, rows: Sequence[Mapping[str, str]]) -> JobRecord:
+    """One record from several (array tasks, tightly integrated parallel tasks): the worst outcome, the
+    earliest start, the latest end, the hosts counted."""
+    outcomes = [_outcome(row) for row in rows]
+    worst_index = max(range(len(rows)), key=lambda i: _SEVERITY.index(outcomes[i].state))
+    worst, row = outcomes[worst_index], rows[worst_index]
+    starts = [t for t in (parse_qacct_time(r.get("start_time", "")) for r in rows) if t]
+    ends = [t for t in (parse_qacct_time(r.get("end_time", "")) for r in rows) if t]
+    started, ended = (min(starts) if starts else None), (max(ends) if ends else None)
+    walls = [w for w in (_seconds(r.get("ru_wallclock", "")) for r in rows) if w is not None]
+    if len(rows) == 1 and walls:
+        elapsed = walls[0]
+    elif started and ended:
+        elapsed = int((ended - started).total_seconds())
+    else:
+        elapsed = max(walls) if walls else None
+    hosts = {r.get("hostname") for r in rows if r.get("hostname")}
+    return JobRecord(
+        scheduler_id=scheduler_id,
+        state=worst.state,
+        exit_code=worst.exit_code,
+        started_at=started,
+        ended_at=ended,
+        elapsed_seconds=elapsed,
+        nodes=len(hosts) or None,
+        reason=worst.reason,
+        raw=dict(row),
+    )
+
+
+def _task_rows(rows: Iterable[Mapping[str, str]], task: int) -> list[Mapping[str, str]]:
+    return [r for r in rows if _leading_int(r.get("taskid", "")) == task]
+
+
+def parse_qacct(text: str, wanted: set[str]) -> dict[str, JobRecord]:
+    """Final records from `qacct -j` output. A job's records (array tasks, tightly integrated parallel tasks)
+    become one; a task asked for as "123.4" gets a record of its own records (`taskid 4`) only."""
+    by_job = _latest_submissions(split_qacct(text), {i.partition(".")[0] for i in wanted})
+    records: dict[str, JobRecord] = {}
+    for scheduler_id in wanted:
+        job_id, dot, task = scheduler_id.partition(".")
+        rows = by_job.get(job_id, [])
+        if dot:
+            rows = _task_rows(rows, int(task)) if task.isdigit() else []
+        if rows:
+            records[scheduler_id] = _merged_record(scheduler_id, rows)
     return records

@@ -73,7 +73,9 @@ class SlurmBackend(Backend):
         hosts_command='scontrol show hostnames "$SLURM_JOB_NODELIST"',
         job_id_var="SLURM_JOB_ID",
         multi_node_prefix="srun",
+        array_index_var="SLURM_ARRAY_TASK_ID",
     )
+    supports_arrays = True
 
     # ------------------------------------------------------------------------------------------- rendering
 
@@ -82,8 +84,9 @@ class SlurmBackend(Backend):
         mapping = check_mapping(res.mapping)
         lines = [
             f"--job-name={check_job_name(spec.name)}",
-            "--output=stdout.log",
-            "--error=stderr.log",
+            # %a is the element's index: each array element writes into its own directory.
+            "--output=%a/stdout.log" if spec.array else "--output=stdout.log",
+            "--error=%a/stderr.log" if spec.array else "--error=stderr.log",
             f"--time={slurm_walltime(spec.walltime_seconds)}",
             f"--nodes={res.nodes}",
             f"--ntasks-per-node={spec.procs}",
@@ -105,8 +108,8 @@ class SlurmBackend(Backend):
             lines.append(f"--mem={res.memory_gb}G")
         if constraint := mapping.get("constraint"):
             lines.append(f"--constraint={constraint}")
-        if spec.array is not None:
-            lines.append(f"--array={spec.array[0]}-{spec.array[1]}")
+        if spec.array:
+            lines.append(f"--array=1-{spec.array_size}")
         return [f"#SBATCH {line}" for line in lines]
 
     def render(self, spec: JobSpec) -> str:
@@ -136,15 +139,19 @@ class SlurmBackend(Backend):
         name = shlex.quote(check_job_name(spec.name))
         command = (
             f"{recorded_id_command(spec.workdir)}; "
-            f"squeue -h -t all -n {name} -o %i 2>/dev/null; "
+            # %F and the part of sacct's JobID before "_" are an array's own id ("123" of "123_4").
+            f"squeue -h -t all -n {name} -o %F 2>/dev/null; "
             f"SLURM_TIME_FORMAT=%s sacct -n -X -P --name {name} -S now-30days -o JobID 2>/dev/null; true"
         )
         result = self.transport.run_shell(command)
         for line in result.stdout.split():
-            candidate = line.split(";")[0].strip()
+            candidate = line.split(";")[0].split("_")[0].strip()
             if _ID_RE.match(candidate):
                 return candidate
         return None
+
+    def element_id(self, array_id: str, index: int) -> str:
+        return f"{array_id}_{index}"
 
     def cancel(self, scheduler_id: str) -> None:
         (job_id,) = _check_ids([scheduler_id])
@@ -158,14 +165,15 @@ class SlurmBackend(Backend):
         ids = _check_ids(scheduler_ids)
         if not ids:
             return {}
-        # `-t all` keeps recently finished jobs (MinJobAge) so their end is seen; `%r` is the pending reason.
+        # `-t all` keeps recently finished jobs (MinJobAge) so their end is seen; `%r` is the pending reason;
+        # `-r` lists an array's waiting elements one by one ("123_4", not "123_[4-10]").
         fmt = "%i|%T|%r"
-        result = self.transport.run_shell(f"squeue -h -t all -j {','.join(ids)} -o {shlex.quote(fmt)}")
+        result = self.transport.run_shell(f"squeue -h -r -t all -j {','.join(ids)} -o {shlex.quote(fmt)}")
         if not result.ok:
             if "Invalid job id" not in result.message:
                 raise BackendError(f"squeue failed: {result.message}")
             # One purged id makes squeue refuse the whole list: ask for everything and filter.
-            result = self.transport.run_shell(f"squeue -h -t all -o {shlex.quote(fmt)}")
+            result = self.transport.run_shell(f"squeue -h -r -t all -o {shlex.quote(fmt)}")
             if not result.ok:
                 raise BackendError(f"squeue failed: {result.message}")
         wanted = set(ids)

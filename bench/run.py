@@ -9,7 +9,9 @@ Run with `make bench` (the loopback test cluster must be up; `make bench` starts
             dispatch (lease, submit, compare-and-swap) — everything but the queue hop,
 - web:      the web request alone (what a researcher waits for after Run): validate, render, record, enqueue.
 
-and for status: one raw `squeue`/`qstat` for N jobs vs one tracking cycle (`track_cluster`) for the same N.
+and for status: one raw `squeue`/`qstat` for N jobs vs one tracking cycle (`track_cluster`) for the same N; and for
+a sweep of N points: one raw array submit (`sbatch --array=1-N`, `qsub -t 1-N`) vs the portal's sweep submitted as
+one array, and job by job.
 Results are printed and written to bench/results.md (the README quotes them).
 """
 
@@ -28,6 +30,8 @@ os.environ.setdefault("CELERY_TASK_ALWAYS_EAGER", "0")
 
 REPEATS = int(os.environ.get("BENCH_REPEATS", "30"))
 TRACK_JOBS = int(os.environ.get("BENCH_TRACK_JOBS", "100"))
+SWEEP_POINTS = int(os.environ.get("BENCH_SWEEP_POINTS", "100"))
+SWEEP_REPEATS = int(os.environ.get("BENCH_SWEEP_REPEATS", "3"))
 
 
 def timed(fn, repeats: int = REPEATS) -> list[float]:
@@ -94,10 +98,13 @@ def _run(db_name: str) -> int:
 
     rows = []
     cases = [
-        ("Slurm", "slurm-a100x1", "sbatch --parsable --wrap true -o /dev/null -J raw -p gpu -A kkdemo -t 1 --gres=gpu:a100:1"),
-        ("Grid Engine (TSUBAME)", "tsubame-s-gpu", "qsub -terse -w e -g kkdemo -l s_gpu=1,h_rt=60 -o /dev/null -j y -b y true"),
+        ("Slurm", "slurm-a100x1", "sbatch --parsable --wrap true -o /dev/null -J raw -p gpu -A kkdemo -t 1 --gres=gpu:a100:1",
+         f"sbatch --parsable --array=1-{SWEEP_POINTS} --wrap true -o /dev/null -J raw -p gpu -A kkdemo -t 1 "
+         "--gres=gpu:a100:1"),
+        ("Grid Engine (TSUBAME)", "tsubame-s-gpu", "qsub -terse -w e -g kkdemo -l s_gpu=1,h_rt=60 -o /dev/null -j y -b y true",
+         f"qsub -terse -w e -g kkdemo -t 1-{SWEEP_POINTS} -l s_gpu=1,h_rt=60 -o /dev/null -j y -b y true"),
     ]
-    for label, hw_slug, raw_command in cases:
+    for label, hw_slug, raw_command, raw_array_command in cases:
         hardware = HardwareType.objects.get(slug=hw_slug)
         backend = backend_for(hardware.cluster, account_for(hardware.cluster, user, project))
         transport = backend.transport
@@ -136,6 +143,35 @@ def _run(db_name: str) -> int:
         portal_track = timed(lambda cluster=hardware.cluster: job_tracking.track_cluster(cluster.pk), 10)
         rows.append((f"{label}: status of {TRACK_JOBS} jobs", ms(raw_track), None, ms(portal_track), None))
         for job_id in ids:
+            backend.cancel(job_id)
+
+        # A sweep of N points: one raw array submit against the portal's sweep, as one array and job by job.
+        raw_array = []
+
+        def raw_sweep(raw_array_command=raw_array_command, transport=transport, raw_array=raw_array):
+            raw_array.append(_ok(transport.run_shell(raw_array_command)).stdout.strip().split(".")[0])
+
+        raw_sweep_samples = timed(raw_sweep, SWEEP_REPEATS)
+        points = {"SEED": list(range(SWEEP_POINTS))}
+
+        def portal_sweep(array: bool, request=request, points=points):
+            sweep = job_actions.submit_sweep(user, request(name="sweep"), points, array=array)
+            jobs = [submission.job.pk for submission in sweep.submissions]
+            for job_id in jobs[:1] if array else jobs:
+                assert job_actions.dispatch_job(job_id).status == "submitted"
+            return sweep
+
+        as_array = timed(lambda: portal_sweep(True), SWEEP_REPEATS)
+        one_by_one = timed(lambda: portal_sweep(False), SWEEP_REPEATS)
+        web_sweep = timed(lambda request=request, points=points: job_actions.submit_sweep(
+            user, request(name="sweep"), points, array=True), SWEEP_REPEATS)
+        rows.append((f"{label}: sweep of {SWEEP_POINTS}, one array", ms(raw_sweep_samples), None, ms(as_array),
+                     ms(web_sweep)))
+        rows.append((f"{label}: sweep of {SWEEP_POINTS}, job by job", ms(raw_sweep_samples), None, ms(one_by_one),
+                     None))
+        portal_ids = Job.objects.filter(cluster=hardware.cluster).exclude(scheduler_id="").values_list("scheduler_id",
+                                                                                                      flat=True)
+        for job_id in {*raw_array, *(i.split("_")[0].split(".")[0] for i in portal_ids)}:
             backend.cancel(job_id)
 
     lines = [

@@ -207,6 +207,9 @@ KAKEHASHI_BUDGET_INTERVAL = env_int("KAKEHASHI_BUDGET_INTERVAL", 30)
 KAKEHASHI_STALE_DISPATCH_SECONDS = env_int("KAKEHASHI_STALE_DISPATCH_SECONDS", 60)
 # A job neither the queue nor accounting knows is flagged `lost` after this long.
 KAKEHASHI_LOST_AFTER_SECONDS = env_int("KAKEHASHI_LOST_AFTER_SECONDS", 120)
+# A job the queue says has ended but accounting does not know yet (slurmdbd commits a few seconds late) waits
+# this long for accounting's exit code and times before the queue's word alone ends it.
+KAKEHASHI_ACCOUNTING_GRACE_SECONDS = env_int("KAKEHASHI_ACCOUNTING_GRACE_SECONDS", 15)
 # Where the built-in local backend keeps per-job working directories.
 KAKEHASHI_LOCAL_JOBS_DIR = env_str("KAKEHASHI_LOCAL_JOBS_DIR", str(VAR_DIR / "jobs"))
 # Bytes of a finished job's outputs/ copied into the portal's storage (the rest stays on the cluster, listed).

@@ -219,12 +219,19 @@ def cmd_submit(args: argparse.Namespace) -> int:
         if args.param:
             raise UsageError("-p parameters are for notebooks (.ipynb); pass settings to a script with --env NAME=VALUE")
         body["script"] = text
+    sweep = _sweep(args.sweep)
+    if sweep:
+        body["sweep"] = sweep
+        body["array"] = args.array
+    elif args.array is not None:
+        raise UsageError("--array/--no-array say how a sweep is submitted: give the sweep with --sweep NAME=V1,V2")
     # One key per invocation: if the connection drops after the portal recorded the job, the retry below gets
     # that same job back instead of submitting a second one.
     key = args.idempotency_key or str(uuid.uuid4())
     for attempt in range(3):
         try:
-            status, answer = client.post(f"{API}/jobs/", body, headers={"Idempotency-Key": key})
+            status, answer = client.post(f"{API}/sweeps/" if sweep else f"{API}/jobs/", body,
+                                         headers={"Idempotency-Key": key})
             break
         except ConnectionFailed:
             if attempt == 2 or args.dry_run:
@@ -232,6 +239,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
             time.sleep(2 * (attempt + 1))
     if args.json:
         _print_json(answer)
+    elif sweep:
+        _print_sweep(answer, args.dry_run)
     elif args.dry_run:
         print(answer["script"].rstrip("\n"))
         print(f"\n# dry run: nothing was submitted. Estimate: {_money(answer.get('estimate'))}", end="")
@@ -248,6 +257,31 @@ def cmd_submit(args: argparse.Namespace) -> int:
             print(f"warning: {warning}", file=sys.stderr)
         print(f"Follow it with: kakehashi logs {answer['id']} -f")
     return EXIT_OK
+
+
+def _sweep(items: list[str] | None) -> dict[str, list[Any]]:
+    """--sweep LR=0.1,0.01 --sweep BATCH=32,64 → {"LR": [0.1, 0.01], "BATCH": [32, 64]} (every combination runs)."""
+    sweep: dict[str, list[Any]] = {}
+    for name, values in _pairs(items or [], "--sweep").items():
+        parsed = [_parse_value(v.strip()) for v in values.split(",") if v.strip()]
+        if not parsed:
+            raise UsageError(f"--sweep {name}= needs values, e.g. --sweep {name}=0.1,0.01")
+        sweep[name] = parsed
+    return sweep
+
+
+def _print_sweep(answer: dict[str, Any], dry_run: bool) -> None:
+    how = "as one scheduler array" if answer["array"] else "job by job"
+    if dry_run:
+        print(answer["script"].rstrip("\n"))
+        print(f"\n# dry run: nothing was submitted. {len(answer['jobs'])} jobs, {how}; "
+              f"estimate for all: {_money(answer.get('estimate'))}")
+        return
+    verb = "Submitted" if answer.get("created") else "Already submitted (same idempotency key)"
+    print(f"{verb} sweep {answer['id']} ({answer['name']}): {len(answer['jobs'])} jobs {how}. "
+          f"Estimate for all: {_money(answer.get('estimate'))}.")
+    rows = [[str(j["id"]), j["state"], j["name"], json.dumps(j["parameters"], sort_keys=True)] for j in answer["jobs"]]
+    print(_table(rows, ["ID", "STATE", "NAME", "PARAMETERS"]))
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -406,6 +440,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", action="append", metavar="NAME=VALUE", help="environment variable for the job (repeatable)")
     p.add_argument("-p", "--param", action="append", metavar="NAME=VALUE",
                    help="notebook parameter; VALUE is JSON when it parses (0.01, 3, true), else a string")
+    p.add_argument("--sweep", action="append", metavar="NAME=V1,V2,…",
+                   help="a parameter sweep: a job per combination, each with NAME set (repeatable)")
+    p.add_argument("--array", action=argparse.BooleanOptionalAction, default=None,
+                   help="submit the sweep as one scheduler array (default: wherever the scheduler has arrays)")
     p.add_argument("--dry-run", action="store_true", help="show the job script and the estimate; submit nothing")
     p.add_argument("--idempotency-key", help="repeat a submit safely: the same key never submits twice")
     p.set_defaults(func=cmd_submit)

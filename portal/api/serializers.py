@@ -193,6 +193,9 @@ class JobSerializer(serializers.Serializer):
     template = serializers.CharField(allow_blank=True)
     working_directory = serializers.CharField(allow_blank=True)
     group = serializers.IntegerField(allow_null=True, help_text="the sweep this job belongs to")
+    array_index = serializers.IntegerField(
+        allow_null=True, help_text="its element number when the sweep was submitted as one scheduler array"
+    )
     outputs = serializers.ListField(child=serializers.DictField(), help_text="files the job left in outputs/: path, size, url")
     url = serializers.CharField(allow_null=True, help_text="the job's page in the portal")
 
@@ -237,6 +240,7 @@ class JobSerializer(serializers.Serializer):
             "template": job.template,
             "working_directory": job.working_directory,
             "group": job.group_id,
+            "array_index": job.array_index,
             "outputs": [self._artifact(job, a) for a in job.artifacts.all()] if saved else [],
             "url": self._url(job) if saved else None,
         }
@@ -260,6 +264,49 @@ class BudgetAfterSerializer(serializers.Serializer):
     after = serializers.DecimalField(max_digits=20, decimal_places=4, help_text="available once this job is reserved")
     unit = serializers.CharField()
     fits = serializers.BooleanField(help_text="false: a strict budget would refuse the job (402)")
+
+
+class SweepSubmitSerializer(JobSubmitSerializer):
+    sweep = serializers.DictField(
+        child=serializers.ListField(child=serializers.JSONField()),
+        help_text='parameter name → list of values; every combination is a job, e.g. {"LR": [0.1, 0.01]}',
+    )
+    array = serializers.BooleanField(
+        required=False, allow_null=True, default=None,
+        help_text="submit as one scheduler array (true), job by job (false), or wherever the scheduler has arrays (null)",
+    )
+
+
+class SweepSerializer(serializers.Serializer):
+    """A sweep: its jobs, one per point, each with its own parameters, state and cost."""
+
+    id = serializers.IntegerField(allow_null=True, help_text="null for a dry run")
+    name = serializers.CharField()
+    project = serializers.SlugField()
+    sweep = serializers.DictField()
+    array = serializers.BooleanField(help_text="submitted as one scheduler array")
+    scheduler_id = serializers.CharField(allow_blank=True, help_text="the array's own id, once submitted")
+    script = serializers.CharField(help_text="the array's job script (array mode), else the first job's")
+    estimate = MoneySerializer(allow_null=True, help_text="for all of its jobs")
+    created = serializers.BooleanField(help_text="false when an Idempotency-Key replayed an earlier sweep, or for a dry run")
+    jobs = JobSerializer(many=True)
+
+    def to_representation(self, sweep) -> dict[str, Any]:
+        jobs = [submission.job for submission in sweep.submissions]
+        unit = next((s.estimate.unit for s in sweep.submissions if s.estimate), None)
+        group = sweep.group
+        return {
+            "id": group.pk if group else None,
+            "name": group.name if group else (jobs[0].name.rsplit("-", 1)[0] if jobs else ""),
+            "project": jobs[0].project.slug if jobs else "",
+            "sweep": group.sweep if group else {},
+            "array": sweep.array,
+            "scheduler_id": group.scheduler_id if group else "",
+            "script": sweep.script,
+            "estimate": {"amount": f"{sweep.estimate_total:.4f}", "unit": unit} if unit else None,
+            "created": bool(group) and sweep.created,
+            "jobs": JobSerializer(jobs, many=True, context=self.context).data,
+        }
 
 
 class SubmissionSerializer(JobSerializer):

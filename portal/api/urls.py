@@ -22,6 +22,8 @@ v1 = [
     path("jobs/<int:pk>/cancel/", views.JobCancelView.as_view(), name="api-job-cancel"),
     path("jobs/<int:pk>/logs/", views.JobLogsView.as_view(), name="api-job-logs"),
     path("jobs/<int:pk>/outputs/<int:artifact_id>/", views.JobOutputDownloadView.as_view(), name="api-job-output"),
+    path("sweeps/", views.SweepCreateView.as_view(), name="api-sweeps"),
+    path("sweeps/<int:pk>/", views.SweepDetailView.as_view(), name="api-sweep-detail"),
 ]
 
 urlpatterns = [

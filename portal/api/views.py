@@ -37,6 +37,8 @@ from portal.api.serializers import (
     ProjectSerializer,
     SoftwareSerializer,
     SubmissionSerializer,
+    SweepSerializer,
+    SweepSubmitSerializer,
 )
 from portal.budgets import actions as budgets
 from portal.catalog.queries import budget_after, price_per_node_hour
@@ -227,23 +229,8 @@ class JobListCreateView(ListView):
         body.is_valid(raise_exception=True)
         data = body.validated_data
         user = request.user
-        project = queries.project_or_404(user, data["project"], field="project")
-        job_request = actions.JobRequest(
-            project=project,
-            name=data["name"],
-            script=data["script"],
-            hardware=queries.hardware_or_404(user, data["hardware"]) if data.get("hardware") else None,
-            software=queries.software_or_404(user, data["software"]) if data.get("software") else None,
-            nodes=data["nodes"],
-            walltime=data["walltime"],
-            launcher=data["launcher"],
-            procs_per_node=data["procs_per_node"],
-            template=data["template"],
-            working_directory=data["working_directory"],
-            env=data["env"],
-            notebook=data["notebook"],
-            parameters=data["parameters"],
-        )
+        job_request = _job_request(user, data)
+        project = job_request.project
         dry_run = data["dry_run"]
         submission = actions.submit_job(user, job_request, dry_run=dry_run,
                                         idempotency_key=None if dry_run else _idempotency_key(request))
@@ -260,6 +247,67 @@ class JobListCreateView(ListView):
             return Response(answer, status=status.HTTP_200_OK)
         return Response(answer, status=status.HTTP_201_CREATED,
                         headers={"Location": reverse("api-job-detail", args=[submission.job.pk])})
+
+
+def _job_request(user, data: dict) -> actions.JobRequest:
+    """The JobRequest a submit body describes; the project, hardware and software must be the user's to use."""
+    return actions.JobRequest(
+        project=queries.project_or_404(user, data["project"], field="project"),
+        name=data["name"],
+        script=data["script"],
+        hardware=queries.hardware_or_404(user, data["hardware"]) if data.get("hardware") else None,
+        software=queries.software_or_404(user, data["software"]) if data.get("software") else None,
+        nodes=data["nodes"],
+        walltime=data["walltime"],
+        launcher=data["launcher"],
+        procs_per_node=data["procs_per_node"],
+        template=data["template"],
+        working_directory=data["working_directory"],
+        env=data["env"],
+        notebook=data["notebook"],
+        parameters=data["parameters"],
+    )
+
+
+class SweepCreateView(ApiView):
+    parser_classes = [JSONParser]
+
+    @extend_schema(
+        request=SweepSubmitSerializer,
+        examples=[OpenApiExample("a learning-rate sweep", request_only=True, value={
+            "project": "vision", "name": "lr-sweep", "hardware": "local-cpu", "walltime": "00:10:00",
+            "script": 'python train.py --lr "$LR"\n', "sweep": {"LR": [0.1, 0.01, 0.001]}})],
+        responses={
+            201: SweepSerializer,
+            200: OpenApiResponse(SweepSerializer, description="a dry run, or a sweep replayed by its Idempotency-Key"),
+            **BAD_INPUT,
+            402: error("the project's strict budget cannot cover the whole sweep (code budget_exceeded)"),
+            415: error("the body must be JSON (Content-Type: application/json)"),
+            **COMMON_ERRORS,
+            **NOT_FOUND,
+        },
+        parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER,
+                                     description="repeat a submit safely: the same key returns the first sweep (200)")],
+        summary="Submit a parameter sweep: a job per point, as one scheduler array where the scheduler has them",
+    )
+    def post(self, request):
+        body = SweepSubmitSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        dry_run = data["dry_run"]
+        sweep = actions.submit_sweep(request.user, _job_request(request.user, data), data["sweep"], dry_run=dry_run,
+                                     array=data["array"], idempotency_key=None if dry_run else _idempotency_key(request))
+        answer = SweepSerializer(sweep, context={"request": request}).data
+        if dry_run or not sweep.created:
+            return Response(answer, status=status.HTTP_200_OK)
+        return Response(answer, status=status.HTTP_201_CREATED,
+                        headers={"Location": reverse("api-sweep-detail", args=[sweep.group.pk])})
+
+
+class SweepDetailView(ApiView):
+    @extend_schema(responses={200: SweepSerializer, **COMMON_ERRORS, **NOT_FOUND}, summary="One sweep and its jobs")
+    def get(self, request, pk: int):
+        return Response(SweepSerializer(queries.sweep_or_404(request.user, pk), context={"request": request}).data)
 
 
 def _idempotency_key(request) -> str | None:

@@ -23,7 +23,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from backends.base import BackendError, InvalidJobSpec, SubmitRefused
+from backends.base import BackendError, InvalidJobSpec, SubmitRefused, element_dir
 from backends.safety import bash_syntax_error, check_env, check_job_name, check_path, directive_lines
 from backends.transport import TransportError
 from portal.audit.actions import record
@@ -34,7 +34,7 @@ from portal.catalog.models import HardwareType, Software
 from portal.clusters.connect import NoClusterAccount, account_for, backend_for, renderer_for
 from portal.clusters.models import Allocation, Cluster, Kind
 from portal.jobs.models import FINAL_STATES, Job, JobEvent, JobGroup, JobState
-from portal.jobs.specs import build_spec, remote_dir, scheduler_name
+from portal.jobs.specs import build_array_spec, build_spec, remote_dir, scheduler_name
 from portal.jobs.transitions import locked_job, transition
 from portal.jobs.validation import format_walltime, parse_walltime
 from portal.projects import access
@@ -336,7 +336,7 @@ def submit_job(user, req: JobRequest, *, dry_run: bool = False, idempotency_key:
     return Submission(job, job.rendered_script, prepared.estimate, created=True, warnings=_budget_warnings(job.project))
 
 
-def _record_job(job: Job, user) -> None:
+def _record_job(job: Job, user, *, dispatch: bool = True) -> None:
     """Save a prepared job, its first event and its reservation; dispatch once committed. In a transaction."""
     job.save()
     JobEvent.objects.create(job=job, from_state="", to_state=JobState.QUEUED, reason="submitted", actor=user)
@@ -347,7 +347,8 @@ def _record_job(job: Job, user) -> None:
             raise BudgetRefused(str(exc), field="walltime") from None
     record("job.submit", actor=user, project=job.project, target=job, estimate=str(job.estimate_amount))
     job_id = job.pk
-    transaction.on_commit(lambda: _enqueue_dispatch(job_id))
+    if dispatch:
+        transaction.on_commit(lambda: _enqueue_dispatch(job_id))
 
 
 def _budget_warnings(project: Project) -> list[str]:
@@ -367,6 +368,9 @@ MAX_SWEEP_JOBS = 100
 class SweepSubmission:
     group: JobGroup | None
     submissions: list[Submission]
+    array: bool = False  # one scheduler array, not a submit per job
+    script: str = ""  # the array's job script (array mode), else the first job's
+    created: bool = True  # False: the same key asked again, this is the sweep recorded the first time
 
     @property
     def estimate_total(self) -> Decimal:
@@ -393,25 +397,90 @@ def expand_sweep(sweep: Any) -> list[dict[str, Any]]:
     return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*(sweep[n] for n in names))]
 
 
-def submit_sweep(user, req: JobRequest, sweep: Any, *, dry_run: bool = False) -> SweepSubmission:
-    """One job description expanded into a job per grid point, tracked as a group; all reserved or none."""
+def submit_sweep(user, req: JobRequest, sweep: Any, *, dry_run: bool = False, array: bool | None = None,
+                 idempotency_key: str | None = None) -> SweepSubmission:
+    """One job description expanded into a job per grid point, tracked as a group; all reserved or none.
+
+    `array`: submit the sweep as one scheduler array (None: wherever the cluster's scheduler has arrays).
+    Either way each point is a Job with its own parameters, state, logs, cost and cancel. The same key (the API's
+    Idempotency-Key, else the form's draft id) asked again returns the sweep recorded the first time.
+    """
+    key = idempotency_key or (f"draft:{req.uuid}" if req.uuid else None)
+    if key and not dry_run:
+        existing = JobGroup.objects.filter(user=user, idempotency_key=key).first()
+        if existing is not None:
+            return _existing_sweep(existing)
     points = expand_sweep(sweep)
     width = len(str(len(points) - 1))
+    element_req = replace(req, edited_script=None) if array is not False else req
     prepared = [
-        prepare_job(user, replace(req, name=f"{req.name}-{i:0{width}d}"[:63], parameters={**req.parameters, **point}, uuid=None),
+        prepare_job(user, replace(element_req, name=f"{req.name}-{i:0{width}d}"[:63], parameters={**req.parameters, **point},
+                                  uuid=None),
                     require_account=not dry_run)
         for i, point in enumerate(points)
     ]
-    if dry_run:
-        return SweepSubmission(None, prepared)
-    with transaction.atomic():
-        group = JobGroup.objects.create(project=req.project, user=user, name=req.name, sweep=sweep)
+    cluster = prepared[0].job.cluster
+    supported = renderer_for(cluster).supports_arrays
+    if array and not supported:
+        raise SubmitError(f"{cluster.name}'s scheduler takes a sweep job by job, not as one array", field="sweep")
+    as_array = supported and len(points) > 1 if array is None else bool(array)
+    group = JobGroup(project=req.project, user=user, name=req.name, sweep=sweep, array=as_array, idempotency_key=key)
+    script = prepared[0].script
+    if as_array:
+        # The form's draft id names the array, so what was previewed is what is submitted.
+        group.scheduler_name = scheduler_name(req.uuid or uuid_mod.uuid4(), req.name)
+        script = _make_array(group, [p.job for p in prepared], req.edited_script)
         for submission in prepared:
-            submission.job.group = group
-            _record_job(submission.job, user)
-            submission.created = True
-        record("job.sweep", actor=user, project=req.project, target=group, jobs=len(prepared))
-    return SweepSubmission(group, prepared)
+            submission.script = script
+    if dry_run:
+        return SweepSubmission(None, prepared, array=as_array, script=script)
+    try:
+        with transaction.atomic():
+            group.save()
+            for submission in prepared:
+                submission.job.group = group
+                _record_job(submission.job, user, dispatch=not as_array)
+                submission.created = True
+            record("job.sweep", actor=user, project=req.project, target=group, jobs=len(prepared), array=as_array)
+            if as_array:
+                first_id = prepared[0].job.pk
+                transaction.on_commit(lambda: _enqueue_dispatch(first_id))
+    except IntegrityError:
+        # The same key raced in two requests: the first one won.
+        existing = JobGroup.objects.filter(user=user, idempotency_key=key).first() if key else None
+        if existing is None:
+            raise
+        return _existing_sweep(existing)
+    return SweepSubmission(group, prepared, array=as_array, script=script)
+
+
+def _existing_sweep(group: JobGroup) -> SweepSubmission:
+    jobs = list(group.jobs.order_by("array_index", "pk"))
+    submissions = [Submission(job, job.rendered_script, _estimate_of(job), created=False) for job in jobs]
+    return SweepSubmission(group, submissions, array=group.array, script=jobs[0].rendered_script if jobs else "",
+                           created=False)
+
+
+def _make_array(group: JobGroup, jobs: list[Job], edited_script: str | None) -> str:
+    """Number the prepared jobs as elements of one array, render its script once and give it to each of them."""
+    cluster = jobs[0].cluster
+    group.remote_dir = remote_dir(cluster, group.scheduler_name)
+    for index, job in enumerate(jobs, 1):
+        job.array_index = index
+        job.scheduler_name = group.scheduler_name
+        job.remote_dir = element_dir(group.remote_dir, index)
+    renderer = renderer_for(cluster)
+    try:
+        spec = build_array_spec(jobs, group.scheduler_name, group.remote_dir)
+        script = renderer.render(spec)
+    except InvalidJobSpec as exc:
+        raise SubmitError(str(exc)) from None
+    if edited_script is not None and edited_script.strip() != script.strip():
+        script = _checked_edit(edited_script, script, renderer.directive_prefix)
+    command = shlex.join(renderer.submit_command(spec))
+    for job in jobs:
+        job.rendered_script, job.submit_command = script, command
+    return script
 
 
 def _estimate_of(job: Job) -> budgets.Money | None:
@@ -444,19 +513,15 @@ def dispatch_job(job_id: int) -> DispatchOutcome:
     now = timezone.now()
     with transaction.atomic():
         job = locked_job(job_id)
-        if job.state == JobState.QUEUED:
-            transition(job, JobState.SUBMITTING, reason="handing to the scheduler", dispatch_lease_until=now + _lease(),
-                        dispatch_attempts=job.dispatch_attempts + 1)
-        elif job.state == JobState.SUBMITTING:
-            if job.dispatch_lease_until and job.dispatch_lease_until > now:
-                return DispatchOutcome("busy", "another attempt holds this job")
-            # The previous attempt died (worker killed, broker restarted): take over, but look before submitting.
-            job.dispatch_lease_until = now + _lease()
-            job.dispatch_attempts += 1
-            job.save(update_fields=["dispatch_lease_until", "dispatch_attempts", "updated_at"])
-        else:
-            return DispatchOutcome("skipped", f"job is {job.state}")
+        array_group = job.group_id if job.array_index is not None else None
+        if array_group is None:
+            refused = _take_dispatch_lease(job, now)
+            if refused is not None:
+                return refused
         attempts = job.dispatch_attempts
+    if array_group is not None:
+        # An element of a sweep submitted as one scheduler array: the whole array goes at once.
+        return dispatch_array(array_group)
 
     spec = build_spec(job)
     try:
@@ -500,13 +565,123 @@ def dispatch_job(job_id: int) -> DispatchOutcome:
     return DispatchOutcome("found" if existing else "submitted", scheduler_id)
 
 
+def _take_dispatch_lease(job: Job, now) -> DispatchOutcome | None:
+    """Move a locked job to SUBMITTING under a lease, or say why this attempt must not submit it."""
+    if job.state == JobState.QUEUED:
+        transition(job, JobState.SUBMITTING, reason="handing to the scheduler", dispatch_lease_until=now + _lease(),
+                   dispatch_attempts=job.dispatch_attempts + 1)
+    elif job.state == JobState.SUBMITTING:
+        if job.dispatch_lease_until and job.dispatch_lease_until > now:
+            return DispatchOutcome("busy", "another attempt holds this job")
+        # The previous attempt died (worker killed, broker restarted): take over, but look before submitting.
+        job.dispatch_lease_until = now + _lease()
+        job.dispatch_attempts += 1
+        job.save(update_fields=["dispatch_lease_until", "dispatch_attempts", "updated_at"])
+    else:
+        return DispatchOutcome("skipped", f"job is {job.state}")
+    return None
+
+
+def dispatch_array(group_id: int) -> DispatchOutcome:
+    """Hand a sweep's waiting elements to the scheduler as one array, exactly once, however often this runs.
+
+    The elements move together: all SUBMITTING under one lease, then all PENDING with their element ids. One
+    cancelled before the submit is still an index of the array (the script numbers them all), so it is
+    deleted on the scheduler right after.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        jobs = list(Job.objects.select_for_update().filter(group_id=group_id).order_by("pk"))
+        waiting = [j for j in jobs if j.state in {JobState.QUEUED, JobState.SUBMITTING}]
+        if not waiting:
+            return DispatchOutcome("skipped", "no element of the array is waiting")
+        if any(j.state == JobState.SUBMITTING and j.dispatch_lease_until and j.dispatch_lease_until > now
+               for j in waiting):
+            return DispatchOutcome("busy", "another attempt holds this array")
+        attempts = max(j.dispatch_attempts for j in waiting) + 1
+        lease = {"dispatch_lease_until": now + _lease(), "dispatch_attempts": attempts}
+        for job in waiting:
+            if job.state == JobState.QUEUED:
+                transition(job, JobState.SUBMITTING, reason="handing the array to the scheduler", **lease)
+            else:
+                # The previous attempt died: take over, but look before submitting.
+                Job.objects.filter(pk=job.pk).update(**lease)
+    group = JobGroup.objects.get(pk=group_id)
+    jobs.sort(key=lambda j: j.array_index)
+    first = jobs[0]
+    spec = build_array_spec(jobs, group.scheduler_name, group.remote_dir)
+    try:
+        backend = backend_for(first.cluster, account_for(first.cluster, first.user, first.project))
+        existing = backend.find(spec) if attempts > 1 else None
+        array_id = existing or backend.submit(spec, first.rendered_script)
+    except SubmitRefused as exc:
+        with transaction.atomic():
+            for job in _locked_submitting(group_id):
+                transition(job, JobState.FAILED, reason=f"the scheduler refused the array: {exc}", ended_at=timezone.now())
+        return DispatchOutcome("refused", str(exc))
+    except (BackendError, TransportError, NoClusterAccount) as exc:
+        with transaction.atomic():
+            for job in _locked_submitting(group_id):
+                job.dispatch_lease_until = None
+                job.state_reason = f"could not reach the scheduler yet, will retry: {exc}"
+                job.save(update_fields=["dispatch_lease_until", "state_reason", "updated_at"])
+        return DispatchOutcome("retry", str(exc))
+
+    found = " (found after a lost reply)" if existing else ""
+    with transaction.atomic():
+        JobGroup.objects.filter(pk=group_id).update(scheduler_id=array_id)
+        submitted = _locked_submitting(group_id)
+        for job in submitted:
+            transition(
+                job,
+                JobState.PENDING,
+                reason=f"element {job.array_index} of scheduler array {array_id}{found}",
+                scheduler_id=backend.element_id(array_id, job.array_index),
+                submitted_at=timezone.now(),
+                dispatch_lease_until=None,
+                last_seen_at=timezone.now(),
+            )
+        cancel_wanted = [job.pk for job in submitted if job.cancel_requested_at is not None]
+        dropped = list(Job.objects.filter(group_id=group_id, state=JobState.CANCELLED, scheduler_id=""))
+    for job_id in cancel_wanted:
+        _enqueue_cancel(job_id)
+    for job in dropped:
+        _delete_dropped_element(backend, job, array_id)
+    return DispatchOutcome("found" if existing else "submitted", array_id)
+
+
+def _locked_submitting(group_id: int) -> list[Job]:
+    return list(Job.objects.select_for_update().filter(group_id=group_id, state=JobState.SUBMITTING).order_by("pk"))
+
+
+def _delete_dropped_element(backend, job: Job, array_id: str) -> None:
+    """An element cancelled before the array was submitted must not run (nor cost) anyway."""
+    element = backend.element_id(array_id, job.array_index)
+    try:
+        backend.cancel(element)
+    except (BackendError, TransportError) as exc:
+        log.warning("could not delete element %s of cancelled job %s: %s", element, job.pk, exc)
+        note = f"cancelled before submission, but deleting its element {element} of the array failed: {exc}"
+    else:
+        note = f"deleted its element {element} of the array, cancelled before submission"
+    JobEvent.objects.create(job=job, from_state=job.state, to_state=job.state, reason=note[:2000])
+
+
 def recover_stale_jobs() -> list[int]:
     """Re-dispatch jobs whose dispatch message or worker was lost. Safe: dispatch is idempotent."""
     now = timezone.now()
     stale = now - timedelta(seconds=settings.KAKEHASHI_STALE_DISPATCH_SECONDS)
     queued = Job.objects.filter(state=JobState.QUEUED, updated_at__lt=stale)
     submitting = Job.objects.filter(state=JobState.SUBMITTING).exclude(dispatch_lease_until__gt=now)
-    ids = sorted(set(queued.values_list("id", flat=True)) | set(submitting.values_list("id", flat=True)))
+    rows = sorted(set(queued.values_list("id", "group_id", "array_index"))
+                  | set(submitting.values_list("id", "group_id", "array_index")))
+    ids, arrays = [], set()
+    for job_id, group_id, array_index in rows:
+        if array_index is not None:
+            if group_id in arrays:
+                continue  # one dispatch submits the whole array
+            arrays.add(group_id)
+        ids.append(job_id)
     for job_id in ids:
         _enqueue_dispatch(job_id)
     return ids

@@ -64,6 +64,8 @@ class Job(models.Model):
         "catalog.Software", null=True, blank=True, on_delete=models.PROTECT, related_name="jobs"
     )
     group = models.ForeignKey("jobs.JobGroup", null=True, blank=True, on_delete=models.CASCADE, related_name="jobs")
+    # Set for an element of a sweep submitted as one scheduler array: its index there (1..N).
+    array_index = models.PositiveIntegerField(null=True, blank=True)
 
     # What was asked
     name = models.CharField(max_length=63)
@@ -158,16 +160,33 @@ class JobEvent(models.Model):
 
 
 class JobGroup(models.Model):
-    """Jobs expanded from one description (a parameter sweep), tracked together."""
+    """Jobs expanded from one description (a parameter sweep), tracked together.
+
+    Submitted job by job, or, where the scheduler has arrays, as one array whose elements are the group's jobs
+    (each keeps its own state, logs, cost and cancel; see docs/decisions/0005).
+    """
 
     project = models.ForeignKey("projects.Project", on_delete=models.PROTECT, related_name="job_groups")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)
     name = models.CharField(max_length=63)
     sweep = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    array = models.BooleanField(default=False, help_text="submitted as one scheduler array")
+    scheduler_name = models.CharField(max_length=63, blank=True)
+    remote_dir = models.CharField(max_length=255, blank=True, help_text="the array's directory; element i runs in i/")
+    scheduler_id = models.CharField(max_length=64, blank=True, help_text="the array's own id")
+    # The API's Idempotency-Key, or the form's draft id: the same sweep asked for twice is recorded once.
+    idempotency_key = models.CharField(max_length=128, null=True, blank=True)
 
     class Meta:
         ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "idempotency_key"],
+                condition=models.Q(idempotency_key__isnull=False),
+                name="one_sweep_per_idempotency_key",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"Sweep {self.pk} {self.name}"

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import uuid as uuid_mod
+from dataclasses import replace
 
-from backends.base import JobSpec, Launcher, Resources
+from backends.base import ArrayElement, JobSpec, Launcher, Resources
 from portal.catalog import job_templates
 from portal.clusters.models import Allocation, Cluster, Kind
 
@@ -26,13 +27,22 @@ def group_for(project, cluster: Cluster) -> str:
     return allocation.group if allocation else ""
 
 
+def parameter_env(job) -> dict[str, str]:
+    """A script job's parameters (a sweep's point) as environment variables; a notebook gets parameters.json."""
+    if job.kind != job.Kind.SCRIPT:
+        return {}
+    return {key: value if isinstance(value, str) else json.dumps(value) for key, value in (job.parameters or {}).items()}
+
+
 def job_env(job) -> dict[str, str]:
-    """The job's environment: what the user set, plus a script job's parameters (a sweep's point) by name."""
-    env = dict(job.env or {})
-    if job.kind == job.Kind.SCRIPT:
-        for key, value in (job.parameters or {}).items():
-            env[key] = value if isinstance(value, str) else json.dumps(value)
-    return env
+    """The job's environment: what the user set, plus its parameters by name."""
+    return {**(job.env or {}), **parameter_env(job)}
+
+
+def _parameter_files(job) -> dict[str, bytes]:
+    if job.kind == job.Kind.NOTEBOOK and job.notebook is not None:
+        return {"parameters.json": json.dumps(job.parameters or {}).encode()}
+    return {}
 
 
 def build_spec(job) -> JobSpec:
@@ -53,10 +63,8 @@ def build_spec(job) -> JobSpec:
     if template is not None:
         files.update(template.file_contents())
     if job.kind == job.Kind.NOTEBOOK and job.notebook is not None:
-        files |= {
-            "notebook.ipynb": json.dumps(job.notebook).encode(),
-            "parameters.json": json.dumps(job.parameters or {}).encode(),
-        }
+        files["notebook.ipynb"] = json.dumps(job.notebook).encode()
+    files |= _parameter_files(job)
     return JobSpec(
         name=name,
         payload=payload,
@@ -73,3 +81,13 @@ def build_spec(job) -> JobSpec:
         cwd=job.working_directory,
         files=files,
     )
+
+
+def build_array_spec(jobs, name: str, workdir: str) -> JobSpec:
+    """One JobSpec for the elements of a sweep submitted as a scheduler array (`jobs` ordered by array index).
+
+    The elements differ only in their parameters, so everything else comes from the first of them.
+    """
+    first = jobs[0]
+    elements = tuple(ArrayElement(job.array_index, env=parameter_env(job), files=_parameter_files(job)) for job in jobs)
+    return replace(build_spec(first), name=name, workdir=workdir, env=dict(first.env or {}), array=elements)

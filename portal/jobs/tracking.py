@@ -10,6 +10,7 @@ import logging
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
@@ -40,6 +41,7 @@ class TrackReport:
     lost: int = 0
     scheduler_calls: int = 0
     removed: int = 0
+    awaiting_accounting: int = 0
     error: str = ""
 
 
@@ -96,7 +98,11 @@ def track_cluster(cluster_id: int) -> TrackReport:
             if finish_job(job.pk, record_):
                 report.finished += 1
         elif status is not None and status.state.is_final:
-            # The queue says it ended but accounting has no record (yet, or none is configured).
+            # The queue says it ended but accounting has no record (yet, or none is configured). A stuck entry
+            # ends at once: it never ran, so there is no exit code or time to wait for, and it blocks the queue.
+            if not status.stuck and not _accounting_overdue(job, now):
+                report.awaiting_accounting += 1
+                continue
             fallback = JobRecord(job.scheduler_id, status.state, status.exit_code, reason=status.reason)
             if finish_job(job.pk, fallback):
                 report.finished += 1
@@ -112,6 +118,20 @@ def track_cluster(cluster_id: int) -> TrackReport:
     if seen:
         Job.objects.filter(pk__in=seen).update(last_seen_at=now)
     return report
+
+
+def _accounting_overdue(job: Job, now) -> bool:
+    """Whether accounting has had its grace period since the queue first said this job ended.
+
+    The first sighting lives in the cache: losing it only restarts the wait.
+    """
+    grace = settings.KAKEHASHI_ACCOUNTING_GRACE_SECONDS
+    if grace <= 0:
+        return True
+    key = f"kakehashi:queue-ended:{job.uuid}"
+    cache.add(key, now.timestamp(), timeout=grace * 20)
+    first_seen = cache.get(key, now.timestamp())
+    return now.timestamp() - first_seen >= grace
 
 
 def apply_status(job_id: int, expected: str, new: str, reason: str = "") -> bool:

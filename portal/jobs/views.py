@@ -108,7 +108,8 @@ def job_new(request):
                 job_request = _request_from(form, request.user)
                 if form.cleaned_data.get("sweep"):
                     sweep = actions.submit_sweep(request.user, job_request, form.cleaned_data["sweep"])
-                    messages.success(request, f"{len(sweep.submissions)} jobs of sweep {sweep.group.name} are queued.")
+                    how = " as one scheduler array" if sweep.array else ""
+                    messages.success(request, f"{len(sweep.submissions)} jobs of sweep {sweep.group.name} are queued{how}.")
                     return redirect("job-group", pk=sweep.group.pk)
                 submission = actions.submit_job(request.user, job_request)
             except actions.SubmitError as exc:
@@ -140,6 +141,7 @@ def job_preview(request):
                 sweep = actions.submit_sweep(request.user, job_request, form.cleaned_data["sweep"], dry_run=True)
                 prepared = sweep.submissions[0]
                 context["sweep_count"] = len(sweep.submissions)
+                context["sweep_array"] = sweep.array
                 if prepared.estimate is not None:
                     prepared.estimate = actions.budgets.Money(sweep.estimate_total, prepared.estimate.unit)
             else:

@@ -48,7 +48,7 @@ def test_the_schema_is_openapi_3_with_the_bearer_scheme_and_the_402_explained(cl
     for path in ["/api/v1/projects/", "/api/v1/clusters/", "/api/v1/hardware/", "/api/v1/software/", "/api/v1/jobs/",
                  "/api/v1/jobs/{id}/", "/api/v1/jobs/{id}/cancel/", "/api/v1/jobs/{id}/logs/",
                  "/api/v1/projects/{slug}/budget/", "/api/v1/projects/{slug}/files/",
-                 "/api/v1/projects/{slug}/files/{id}/download/"]:
+                 "/api/v1/projects/{slug}/files/{id}/download/", "/api/v1/sweeps/", "/api/v1/sweeps/{id}/"]:
         assert path in paths, path
     submit = paths["/api/v1/jobs/"]["post"]["responses"]
     assert {"200", "201", "400", "401", "402", "403", "404", "429"} <= set(submit)

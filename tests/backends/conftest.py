@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 
@@ -39,7 +40,9 @@ def make_spec(run_id, request):
     def make(payload: str, *, walltime: int = 120, nodes: int = 1, gpus: int = 0, gpu_type: str = "",
              mapping: dict | None = None, group: str = "", modules=(), env=None, **kwargs) -> JobSpec:
         base = request.node.name.split("[")[0].replace("test_", "")[:24].strip("_").replace("_", "-")
-        name = f"kh-{run_id}-{base}-{next(counter)}"
+        # The parameter too: two profiles of one login node (TSUBAME and ABCI) must not share a job directory.
+        param = re.sub(r"[^A-Za-z0-9-]", "-", getattr(request.node, "callspec", None) and request.node.callspec.id or "")
+        name = f"kh-{run_id}-{base}-{param[:20]}-{next(counter)}" if param else f"kh-{run_id}-{base}-{next(counter)}"
         return JobSpec(
             name=name,
             payload=payload,

@@ -20,7 +20,16 @@ from pathlib import Path
 
 import pytest
 
-from backends.base import BackendError, InvalidJobSpec, JobSpec, Launcher, Resources, State, SubmitRefused
+from backends.base import (
+    ArrayElement,
+    BackendError,
+    InvalidJobSpec,
+    JobSpec,
+    Launcher,
+    Resources,
+    State,
+    SubmitRefused,
+)
 from backends.pbs import PBSBackend, parse_duration, parse_qstat_json, parse_qstat_text, parse_time
 from backends.transport import CommandResult, LocalTransport, Transport
 
@@ -145,9 +154,9 @@ def test_pbspro_asks_for_gpus_per_chunk_and_spreads_nodes():
     ]
 
 
-def test_pbspro_site_settings_account_queue_output_and_arrays():
+def test_pbspro_site_settings_account_queue_and_output():
     backend = PBSBackend(None, {"account_option": "-A", "queue": "workq", "direct_write": False})
-    assert backend.directives(spec(group="proj1", array=(0, 9))) == [
+    assert backend.directives(spec(group="proj1")) == [
         "#PBS -N kh-0123456789-train",
         "#PBS -S /bin/bash",
         "#PBS -l select=1:ncpus=1",
@@ -156,17 +165,24 @@ def test_pbspro_site_settings_account_queue_output_and_arrays():
         "#PBS -q workq",
         "#PBS -o stdout.log",
         "#PBS -e stderr.log",
-        "#PBS -J 0-9",
     ]
     # mpirun needs a CPU per rank: more ranks than CPUs asked for raise ncpus.
     mpi = spec(resources=Resources(cpus_per_node=2), launcher=Launcher.MPIRUN, procs_per_node=8)
     assert "#PBS -l select=1:ncpus=8:mpiprocs=8" in backend.directives(mpi)
 
 
+def test_a_sweep_is_never_rendered_as_a_pbs_array():
+    for flavour in ("pbspro", "torque"):
+        backend = PBSBackend(None, {"dialect": flavour})
+        assert not backend.supports_arrays
+        with pytest.raises(InvalidJobSpec, match="sweep runs as separate jobs"):
+            backend.render(spec(array=(ArrayElement(1), ArrayElement(2))))
+
+
 def test_torque_asks_for_gpus_in_the_nodes_spec_and_leaves_output_paths_to_the_command_line():
     backend = PBSBackend(None, {"dialect": "torque"})
     gpu = spec(resources=Resources(gpus_per_node=8, gpu_type="a100", mapping={"queue": "gpu", "property": "a100"}),
-               group="kkdemo", array=(1, 4))
+               group="kkdemo")
     assert backend.directives(gpu) == [
         "#PBS -N kh-0123456789-train",
         "#PBS -S /bin/bash",
@@ -174,7 +190,6 @@ def test_torque_asks_for_gpus_in_the_nodes_spec_and_leaves_output_paths_to_the_c
         "#PBS -l walltime=00:10:00",
         "#PBS -A kkdemo",
         "#PBS -q gpu",
-        "#PBS -t 1-4",
     ]
     # Torque's mem is for the whole job and single-node only; on several nodes the request is per process.
     assert "#PBS -l mem=64gb" in backend.directives(spec(resources=Resources(memory_gb=64)))

@@ -11,9 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from backends.base import BackendError, InvalidJobSpec, JobSpec, Resources, State, SubmitRefused
+from backends.base import ArrayElement, BackendError, InvalidJobSpec, JobSpec, Resources, State, SubmitRefused
 from backends.safety import directive_lines
-from backends.sge import SGEBackend, h_rt, parse_find, parse_qacct, parse_qacct_time, parse_qstat_xml
+from backends.sge import (
+    SGEBackend,
+    h_rt,
+    parse_find,
+    parse_qacct,
+    parse_qacct_time,
+    parse_qstat_xml,
+    task_ranges,
+)
 from backends.transport import CommandResult, Transport
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sge"
@@ -25,6 +33,17 @@ def fixture(name: str) -> str:
 
 # The recorder writes the ids it got (they change with every recording): read them rather than hard-coding.
 IDS = dict(pair.split("=") for pair in fixture("ids.txt").split())
+# The array fixtures have a recorder of their own (record-arrays.sh).
+ARRAY_IDS = dict(pair.split("=") for pair in fixture("ids-arrays.txt").split())
+SWEEP = ARRAY_IDS["sweep"]
+
+
+def task(job_id: str, index: int) -> str:
+    return f"{job_id}.{index}"
+
+
+def elements(n: int) -> tuple[ArrayElement, ...]:
+    return tuple(ArrayElement(i) for i in range(1, n + 1))
 
 
 class FakeTransport(Transport):
@@ -154,11 +173,22 @@ def test_walltime_hours_are_not_capped_at_two_digits():
     assert h_rt(3600 * 100 + 61) == "100:01:01"
 
 
-def test_arrays_start_at_one_in_grid_engine():
+def test_an_array_is_one_job_of_tasks_1_to_n_each_writing_into_its_own_directory():
     b = backend("generic")
-    assert "#$ -t 1-4" in b.directives(spec(array=(1, 4)))
-    with pytest.raises(InvalidJobSpec, match="start at 1"):
-        b.render(spec(array=(0, 3)))
+    lines = b.directives(spec(array=elements(4)))
+    assert "#$ -t 1-4" in lines
+    # qsub expands $TASK_ID: element 3 writes 3/stdout.log, beside its payload (see backends/script.py).
+    assert "#$ -o $TASK_ID/stdout.log" in lines and "#$ -e $TASK_ID/stderr.log" in lines
+    assert "#$ -o stdout.log" not in lines
+    plain = b.directives(spec())
+    assert "#$ -o stdout.log" in plain and not any(line.startswith("#$ -t") for line in plain)
+    assert '"${SGE_TASK_ID:-}"' in b.render(spec(array=elements(4)))
+
+
+def test_an_element_is_addressed_in_grid_engines_job_task_notation():
+    b = backend("tsubame")
+    assert b.supports_arrays
+    assert b.element_id(SWEEP, 4) == f"{SWEEP}.4"
 
 
 @pytest.mark.parametrize(
@@ -205,7 +235,8 @@ def test_hosts_come_from_the_pe_hostfile_and_the_job_id_from_JOB_ID():
 
 def test_qsub_terse_ids_plain_and_array():
     assert backend("generic", ok(fixture("qsub-terse.txt"))).submit(spec()) == IDS["ok"]
-    assert backend("generic", ok(fixture("qsub-terse-array.txt"))).submit(spec(array=(1, 3))) == IDS["arr"]
+    assert backend("generic", ok(fixture("qsub-terse-array.txt"))).submit(spec(array=elements(3))) == IDS["arr"]
+    assert backend("generic", ok(fixture("qsub-terse-sweep.txt"))).submit(spec(array=elements(10))) == SWEEP
     # A site qsub may print a notice before the id.
     assert backend("tsubame", ok("Submitting to group kkdemo\n4711\n")).submit(spec()) == "4711"
 
@@ -320,7 +351,7 @@ def test_qstat_failure_is_retryable_and_bad_ids_never_reach_the_shell():
     with pytest.raises(BackendError, match="qstat failed"):
         backend("generic", failed("error: commlib error: got select error (Connection refused)")).statuses(["5"])
     b = backend("generic")
-    for bad in (["5; touch x"], ["$(id)"], ["5.1"], [""]):
+    for bad in (["5; touch x"], ["$(id)"], ["5.1-3"], ["5."], [".5"], ["5.1.2"], ["5\n"], ["5 -t 1"], [""]):
         with pytest.raises(BackendError):
             b.statuses(bad)
         with pytest.raises(BackendError):
@@ -455,3 +486,155 @@ def test_a_reused_job_number_reports_only_the_latest_submission():
     for text in (old + fixture("qacct-completed.txt"), fixture("qacct-completed.txt") + old):
         record = parse_qacct(text, {IDS["ok"]})[IDS["ok"]]
         assert (record.state, record.exit_code) == (State.COMPLETED, 0)
+
+
+# ---------------------------------------------------------------------------- array elements, one at a time
+# qstat-xml-array-tasks.xml (record-arrays.sh): the 10-task sweep with tasks 2 and 4 running, 1 done, 3 in error
+# state (its directory was missing), 7 deleted while waiting, 9 held, 5, 6, 8, 10 waiting; beside it a held
+# array with tasks 2 and 4 deleted and one submitted as `-t 2-10:4`.
+
+
+def test_each_element_has_the_state_of_its_own_queue_entry_from_one_qstat():
+    ids = [task(SWEEP, i) for i in range(1, 11)]
+    b = backend("generic", ok(fixture("qstat-xml-array-tasks.xml")))
+    statuses = b.statuses(ids)
+    assert b.transport.commands == ["qstat -xml -u '*'"]
+    state = {i: statuses[task(SWEEP, i)].state for i in range(1, 11) if task(SWEEP, i) in statuses}
+    assert state == {
+        2: State.RUNNING,
+        3: State.FAILED,
+        4: State.RUNNING,
+        5: State.PENDING,
+        6: State.PENDING,
+        8: State.PENDING,
+        9: State.PENDING,
+        10: State.PENDING,
+    }  # 1 has ended and 7 was deleted: only accounting can tell
+    assert all(statuses[i].scheduler_id == i for i in statuses)
+    assert "held" in statuses[task(SWEEP, 9)].reason
+    stuck = [i for i in ids if i in statuses and statuses[i].stuck]
+    assert stuck == [task(SWEEP, 3)]  # the others run on: only this task's entry needs deleting
+    assert "error state Eqw" in statuses[task(SWEEP, 3)].reason
+
+
+def test_waiting_tasks_are_found_in_lists_with_gaps_and_steps():
+    gaps, step = ARRAY_IDS["gaps"], ARRAY_IDS["step"]
+    wanted = {task(gaps, i) for i in range(1, 8)} | {task(step, i) for i in range(1, 12)}
+    statuses = parse_qstat_xml(fixture("qstat-xml-array-tasks.xml"), wanted)
+    assert sorted(statuses) == sorted([task(gaps, i) for i in (1, 3, 5, 6)] + [task(step, i) for i in (2, 6, 10)])
+    assert {s.state for s in statuses.values()} == {State.PENDING}
+
+
+def test_the_array_as_a_whole_still_reports_its_liveliest_task():
+    statuses = parse_qstat_xml(fixture("qstat-xml-array-tasks.xml"), {SWEEP, task(SWEEP, 3)})
+    assert statuses[SWEEP].state == State.RUNNING and not statuses[SWEEP].stuck
+    assert statuses[task(SWEEP, 3)].state == State.FAILED
+
+
+def test_a_task_of_a_job_not_asked_for_or_of_a_plain_job_is_not_reported():
+    statuses = parse_qstat_xml(fixture("qstat-xml.xml"), {task(IDS["run"], 1), task(IDS["heldarr"], 6)})
+    assert statuses == {}
+
+
+def test_tasks_are_found_when_the_xml_does_not_parse():
+    broken = fixture("qstat-xml-array-tasks.xml").replace("<JB_name>kk-gaps</JB_name>", "<JB_name>kk<&</JB_name>")
+    statuses = parse_qstat_xml(broken, {task(SWEEP, 3), task(SWEEP, 4), task(SWEEP, 10), task(SWEEP, 7)})
+    assert {i: s.state for i, s in statuses.items()} == {
+        task(SWEEP, 3): State.FAILED,
+        task(SWEEP, 4): State.RUNNING,
+        task(SWEEP, 10): State.PENDING,
+    }
+
+
+@pytest.mark.parametrize(
+    ("tasks", "members"),
+    [
+        # Printed by the test cluster's qstat (the first four are in the fixtures; "4-10:2" and "4,6,10" were
+        # seen by hand after deleting waiting tasks of a 1-10 array).
+        ("3", [3]),
+        ("2-5:1", [2, 3, 4, 5]),
+        ("5,6,8,10", [5, 6, 8, 10]),
+        ("2-10:4", [2, 6, 10]),
+        ("4-10:2", [4, 6, 8, 10]),
+        ("1,4-10:3", [1, 4, 7, 10]),
+        ("", []),
+        ("x,2", [2]),
+    ],
+)
+def test_task_lists(tasks, members):
+    ranges = task_ranges(tasks)
+    assert [t for t in range(0, 12) if any(t in r for r in ranges)] == members
+
+
+def test_a_huge_foreign_array_is_never_expanded():
+    (huge,) = task_ranges("1-2000000000:1")
+    assert 1999999999 in huge and len(huge) == 2_000_000_000
+
+
+# qacct-sweep-loop.txt: the same sweep once it ended, asked as final_records asks (one qacct per job number).
+
+
+def test_each_element_gets_its_own_accounting_record_from_one_qacct_of_the_array():
+    b = backend("generic", ok(fixture("qacct-sweep-loop.txt"), fixture("qacct-sweep-loop.stderr")))
+    ids = [task(SWEEP, i) for i in range(1, 11)] + ["999999"]
+    records = b.final_records(ids)
+    assert b.transport.commands == [f'for id in {SWEEP} 999999; do TZ=UTC0 LC_ALL=C qacct -j "$id"; done']
+    # 7 was deleted while waiting and 9 while held: neither ever ran, neither has a record.
+    assert sorted(records) == sorted(task(SWEEP, i) for i in (1, 2, 3, 4, 5, 6, 8, 10))
+    outcome = {i: (records[task(SWEEP, i)].state, records[task(SWEEP, i)].exit_code) for i in (1, 2, 3, 4, 10)}
+    assert outcome == {
+        1: (State.COMPLETED, 0),
+        2: (State.CANCELLED, 137),  # qdel of the running task: `failed 100`, killed
+        3: (State.FAILED, None),  # error state: never ran
+        4: (State.FAILED, 3),
+        10: (State.COMPLETED, 0),
+    }
+    assert "opening input/output file" in records[task(SWEEP, 3)].reason
+    assert records[task(SWEEP, 3)].started_at is None
+
+
+def test_an_elements_times_are_its_own_not_the_arrays():
+    records = parse_qacct(fixture("qacct-sweep-loop.txt"), {task(SWEEP, 1), task(SWEEP, 10), SWEEP})
+    first, last, whole = records[task(SWEEP, 1)], records[task(SWEEP, 10)], records[SWEEP]
+    assert first.ended_at <= last.started_at  # two tasks at a time: task 10 ran in a later wave
+    assert first.elapsed_seconds == int(first.raw["ru_wallclock"].rstrip("s"))
+    assert (whole.started_at, whole.ended_at) == (first.started_at, last.ended_at)
+    assert first.raw["taskid"] == "1" and last.raw["taskid"] == "10"
+    assert first.scheduler_id == task(SWEEP, 1) and first.nodes == 1
+    assert whole.state == State.FAILED  # the array as a whole keeps its worst outcome
+
+
+def test_the_array_and_its_elements_share_one_qacct():
+    b = backend("generic", ok(fixture("qacct-sweep-loop.txt")))
+    records = b.final_records([SWEEP, task(SWEEP, 4), task(SWEEP, 5)])
+    assert b.transport.commands == [f'for id in {SWEEP}; do TZ=UTC0 LC_ALL=C qacct -j "$id"; done']
+    assert set(records) == {SWEEP, task(SWEEP, 4), task(SWEEP, 5)}
+
+
+def test_an_element_of_a_reused_job_number_reports_only_the_latest_submission():
+    # An older array under the same number (qacct-array.txt: tasks 1-3, all exit 0), submitted a day earlier.
+    old = fixture("qacct-array.txt").replace(f"jobnumber    {IDS['arr']} ", f"jobnumber    {SWEEP} ")
+    old = old.replace("qsub_time    Sun Nov 22", "qsub_time    Sat Nov 21")
+    assert len(parse_qacct(old, {task(SWEEP, 2)})) == 1
+    for text in (old + fixture("qacct-sweep-loop.txt"), fixture("qacct-sweep-loop.txt") + old):
+        records = parse_qacct(text, {task(SWEEP, 2), task(SWEEP, 7)})
+        assert set(records) == {task(SWEEP, 2)}  # the old array's task 2 is not this one
+        assert records[task(SWEEP, 2)].state == State.CANCELLED
+
+
+def test_cancelling_an_element_deletes_that_task_only():
+    b = backend("generic", ok(fixture("qdel-task-running.txt")))
+    b.cancel(task(SWEEP, 2))
+    assert b.transport.commands == [f"qdel {SWEEP}.2"]
+    # Already deleted (the array lives on) or the whole array ended: nothing left to cancel, not an error.
+    for gone in ("qdel-task-gone.txt", "qdel-task-of-ended-job.txt"):
+        backend("generic", failed(fixture(gone).replace("exit=1\n", ""))).cancel(task(SWEEP, 7))
+    with pytest.raises(BackendError):
+        backend("generic").cancel(f"{SWEEP}.2 -u bob")
+
+
+def test_a_lost_submit_reply_finds_the_array_by_its_job_number():
+    assert parse_find(f"@@recorded\n{fixture('qsub-terse-sweep.txt')}@@queue\n@@accounting\n") == SWEEP
+    # qacct prints the number once per task.
+    accounted = "".join(f"{SWEEP}\n" for _ in range(8))
+    assert parse_find(f"@@recorded\n@@queue\n@@accounting\n{accounted}") == SWEEP

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backends.base import JobSpec, Launcher, Resources, State
+from backends.base import ArrayElement, InvalidJobSpec, JobSpec, Launcher, Resources, State
 from backends.slurm import SACCT_FIELDS, SlurmBackend, parse_sacct, slurm_walltime
 from tests.backends.conftest import wait_state
 
@@ -37,9 +37,25 @@ def test_directives_follow_the_hardware_and_the_project():
 
 
 def test_an_admin_gres_mapping_wins_and_arrays_are_rendered():
-    spec = _spec(resources=Resources(gpus_per_node=4, mapping={"gres": "gpu:h100:4"}), array=(1, 10))
+    spec = _spec(resources=Resources(gpus_per_node=4, mapping={"gres": "gpu:h100:4"}),
+                 array=tuple(ArrayElement(i) for i in range(1, 11)))
     lines = SlurmBackend(None).directives(spec)
     assert "#SBATCH --gres=gpu:h100:4" in lines and "#SBATCH --array=1-10" in lines
+    # Each element writes its logs into its own directory, which staging created.
+    assert "#SBATCH --output=%a/stdout.log" in lines and "#SBATCH --error=%a/stderr.log" in lines
+
+
+def test_an_array_element_enters_its_own_directory_and_takes_its_own_parameters():
+    spec = _spec(array=(ArrayElement(1, env={"LR": "0.1"}), ArrayElement(2, env={"LR": "$(reboot)"})))
+    script = SlurmBackend(None).render(spec)
+    assert 'export KAKEHASHI_ARRAY_INDEX="${SLURM_ARRAY_TASK_ID:-}"' in script
+    assert 'cd -- "$KAKEHASHI_ARRAY_INDEX"' in script
+    # Parameter values are quoted like any other environment value: the preview shows each element's.
+    assert "  1) export LR=0.1 ;;" in script and "  2) export LR='$(reboot)' ;;" in script
+    with pytest.raises(InvalidJobSpec, match="numbered 1..N"):
+        SlurmBackend(None).render(_spec(array=(ArrayElement(2),)))
+    with pytest.raises(InvalidJobSpec, match="not allowed"):
+        SlurmBackend(None).render(_spec(array=(ArrayElement(1, env={"A B": "x"}),)))
 
 
 def test_multi_node_torchrun_starts_one_agent_per_node_with_srun():

@@ -174,3 +174,38 @@ def test_tsubame_f_node_times_two_through_the_browser(page, live_server, hpc_sit
     expect(page.locator("#scheduler-id")).to_have_text(job.scheduler_id)
     assert seen_job_states(page)[-1] == "completed"
     shots(page, "completed")
+
+
+def test_a_sweep_on_slurm_is_previewed_as_one_array_and_its_points_end_on_the_sweep_page(page, live_server, hpc_site,
+                                                                                        live_worker, shots):
+    from portal.catalog.models import HardwareType
+    from portal.jobs.models import JobGroup
+
+    log_in(page, live_server.url, "alice")
+    open_new_job_form(page)
+    job_form_field(page, "Hardware").select_option(str(HardwareType.objects.get(slug="slurm-a100x1").pk))
+    job_form_field(page, "Name").fill("lr-sweep")
+    job_form_field(page, "Script").fill('echo "lr=$LR"')
+    job_form_field(page, "Parameter sweep").fill("LR=0.1,0.2,0.3")
+
+    preview = page.locator("#script-preview")
+    expect(preview).to_contain_text("#SBATCH --array=1-3")
+    expect(preview).to_contain_text("3) export LR=0.3 ;;")
+    expect(page.locator("#sweep-note")).to_contain_text("one scheduler array")
+    expect(page.locator("#estimate-amount")).to_have_text("1.50 points")  # 3 × 1 node × 0.5 points/node-h × 1 h
+    shots(page, "sweep-preview")
+    previewed = preview.inner_text()
+
+    page.get_by_role("button", name="Run", exact=True).click()
+    expect(page).to_have_url(re.compile(r"/jobs/groups/\d+/$"))
+    group = JobGroup.objects.get(name="lr-sweep")
+    assert {job.rendered_script.strip() for job in group.jobs.all()} == {previewed.strip()}
+    expect(page.get_by_role("alert").filter(has_text="3 jobs of sweep lr-sweep are queued as one scheduler array")
+           ).to_be_visible()
+    # Without reloading, the page shows the array's id, each element's own id, and all three completing.
+    expect(page.locator("#group-array")).to_have_text(re.compile(r"^array \d+$"), timeout=60_000)
+    expect(page.locator("#group-counts")).to_have_text(re.compile(r"Completed:\s*3"), timeout=90_000)
+    array_id = JobGroup.objects.get(pk=group.pk).scheduler_id
+    for index in (1, 2, 3):
+        expect(page.locator("#group-table")).to_contain_text(f"{array_id}_{index}")
+    shots(page, "sweep-completed")

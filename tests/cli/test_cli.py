@@ -130,6 +130,29 @@ def test_a_notebook_is_submitted_with_typed_parameters(logged_in, tmp_path):
     assert refused.code == 2 and "not valid JSON" in refused.err
 
 
+def test_a_sweep_is_a_job_per_combination_and_a_retry_with_its_key_submits_nothing_more(logged_in, tmp_path):
+    from portal.jobs.models import JobGroup
+
+    script = tmp_path / "train.sh"
+    script.write_text('echo "lr=$LR batch=$BATCH"\n')
+    args = ("submit", str(script), "--project", "vision", "--hardware", "local-cpu", "--walltime", "10m",
+            "--sweep", "LR=0.1,0.01", "--sweep", "BATCH=32,64")
+    dry = logged_in(*args, "--dry-run")
+    assert dry.code == 0, dry.err
+    assert "4 jobs, job by job" in dry.out and "estimate for all: 6.67 points" in dry.out
+    assert Job.objects.count() == 0
+    result = logged_in(*args, "--idempotency-key", "lr-grid-1")
+    assert result.code == 0, result.err
+    group = JobGroup.objects.get()
+    assert f"Submitted sweep {group.pk} (train): 4 jobs job by job" in result.out
+    assert '{"BATCH": 64, "LR": 0.01}' in result.out
+    again = logged_in(*args, "--idempotency-key", "lr-grid-1")
+    assert again.code == 0 and "Already submitted" in again.out and Job.objects.count() == 4
+    assert logged_in(*args, "--array").code == 3  # the local backend has no arrays: the portal says so
+    empty = logged_in("submit", str(script), "--project", "vision", "--hardware", "local-cpu", "--sweep", "LR=")
+    assert empty.code == 2 and "needs values" in empty.err
+
+
 def test_refusals_by_the_portal_are_exit_code_3_with_its_message(logged_in, tmp_path):
     script = tmp_path / "x.sh"
     script.write_text("echo x\n")

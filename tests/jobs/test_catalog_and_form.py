@@ -110,6 +110,8 @@ def test_a_sweep_becomes_a_group_of_jobs_each_with_its_parameters(local_site):
     assert [j.name for j in jobs] == ["sweep-0", "sweep-1", "sweep-2", "sweep-3"]
     assert build_spec(jobs[3]).env == {"LR": "0.01", "BATCH": "64"}
     assert result.estimate_total == Decimal("6.6668")  # 4 × 10 points × 10 minutes
+    # The local backend has no scheduler arrays: each point is submitted on its own.
+    assert not result.array and {j.array_index for j in jobs} == {None}
 
 
 def test_a_sweep_is_reserved_all_or_nothing(local_site):

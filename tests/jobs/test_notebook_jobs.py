@@ -65,3 +65,24 @@ def test_something_that_is_not_a_notebook_is_refused(hpc_site, notebook, message
             project=hpc_site.project, name="nb", notebook=notebook,
             hardware=HardwareType.objects.get(slug="slurm-a100x1")))
     assert Job.objects.count() == 0
+
+
+def test_a_notebook_sweep_on_slurm_is_one_array_and_each_executed_notebook_has_its_own_parameters(hpc_site, live_worker):
+    req = actions.JobRequest(
+        project=hpc_site.project, name="nb-sweep", notebook=_notebook(), parameters={"epochs": 2},
+        hardware=HardwareType.objects.get(slug="slurm-a100x1"), software=Software.objects.get(slug="pytorch-2-13"),
+        walltime="00:10:00")
+    sweep = actions.submit_sweep(hpc_site.alice, req, {"lr": [0.25, 1.5]})
+    assert sweep.array
+    jobs = [
+        wait_for(lambda job=job: Job.objects.filter(pk=job.pk, artifacts__path="notebook.ipynb").first(), timeout=120,
+                 message=f"the executed notebook of element {job.array_index}")
+        for job in sweep.group.jobs.order_by("array_index")
+    ]
+    for job, lr in zip(jobs, (0.25, 1.5), strict=True):
+        assert job.state == JobState.COMPLETED, job.state_reason
+        stored = job.artifacts.get(path="notebook.ipynb").stored_name
+        executed = nbformat.reads(default_storage.open(stored).read().decode(), as_version=4)
+        assert executed.metadata["papermill"]["parameters"] == {"epochs": 2, "lr": lr}
+        outputs = "".join(o.get("text", "") for cell in executed.cells for o in cell.get("outputs", []))
+        assert f"result={lr * 2}" in outputs

@@ -62,3 +62,21 @@ def test_an_outsider_cannot_cancel(job, local_site):
         actions.request_cancel(job, local_site.mallory)
     job.refresh_from_db()
     assert job.state == JobState.QUEUED
+
+
+def test_the_queues_word_alone_ends_a_job_only_after_accounting_had_its_grace_period(job, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from portal.jobs.tracking import _accounting_overdue
+
+    settings.KAKEHASHI_ACCOUNTING_GRACE_SECONDS = 15
+    first = timezone.now()
+    assert not _accounting_overdue(job, first)
+    assert not _accounting_overdue(job, first + timedelta(seconds=14))
+    assert _accounting_overdue(job, first + timedelta(seconds=15))
+    settings.KAKEHASHI_ACCOUNTING_GRACE_SECONDS = 0
+    other = Job.objects.create(**{f.name: getattr(job, f.name) for f in Job._meta.concrete_fields
+                                  if f.name not in {"id", "uuid", "idempotency_key"}})
+    assert _accounting_overdue(other, first)
