@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
 
 from django.db import transaction
 from django.db.models import Q, Sum
@@ -117,29 +118,34 @@ def summary(budget: Budget, at: datetime | None = None) -> BudgetSummary:
 
 def reserve(job, amount: Decimal, *, actor=None) -> LedgerEntry | None:
     """Reserve a job's estimate, refusing it if a strict budget cannot cover it. Call inside a transaction."""
-    budget = Budget.objects.select_for_update().filter(project_id=job.project_id).first()
-    if budget is None:
-        return None
+    entries = reserve_many(job.project, [(job, amount)], actor=actor)
+    return entries[0] if entries else None
+
+
+def reserve_many(project, estimates: list[tuple[Any, Decimal]], *, actor=None) -> list[LedgerEntry]:
+    """Reserve the estimates of several jobs of one project together: all fit a strict budget, or none is
+    reserved (BudgetExceeded). One lock on the budget row, one sum of the ledger. Call inside a transaction."""
+    budget = Budget.objects.select_for_update().filter(project_id=project.pk).first()
+    if budget is None or not estimates:
+        return []
     current = summary(budget)
-    if budget.strict and amount > current.available:
+    needed = sum((amount for _, amount in estimates), Decimal("0"))
+    if budget.strict and needed > current.available:
+        what = "This job needs" if len(estimates) == 1 else f"These {len(estimates)} jobs need"
         raise BudgetExceeded(
-            f"This job needs an estimated {amount.quantize(Decimal('0.01'))} {budget.unit} but project "
-            f"{job.project.slug} has only {max(current.available, Decimal(0)).quantize(Decimal('0.01'))} "
+            f"{what} an estimated {needed.quantize(Decimal('0.01'))} {budget.unit} but project "
+            f"{project.slug} has only {max(current.available, Decimal(0)).quantize(Decimal('0.01'))} "
             f"{budget.unit} left of {budget.amount.quantize(Decimal('0.01'))} {budget.unit} "
             f"({current.reserved.quantize(Decimal('0.01'))} reserved by running jobs). Ask a project admin to "
             "raise the budget, or ask for fewer nodes or a shorter walltime.",
             available=current.available,
-            needed=amount,
+            needed=needed,
             unit=budget.unit,
         )
-    return LedgerEntry.objects.create(
-        budget=budget,
-        job=job,
-        kind=LedgerEntry.Kind.RESERVE,
-        amount=amount,
-        period_start=current.period_start,
-        actor=actor,
-        note=f"estimate for job {job.pk}",
+    return LedgerEntry.objects.bulk_create(
+        LedgerEntry(budget=budget, job=job, kind=LedgerEntry.Kind.RESERVE, amount=amount,
+                    period_start=current.period_start, actor=actor, note=f"estimate for job {job.pk}")
+        for job, amount in estimates
     )
 
 

@@ -34,8 +34,8 @@ from portal.catalog.models import HardwareType, Software
 from portal.clusters.connect import NoClusterAccount, account_for, backend_for, renderer_for
 from portal.clusters.models import Allocation, Cluster, Kind
 from portal.jobs.models import FINAL_STATES, Job, JobEvent, JobGroup, JobState
-from portal.jobs.specs import build_array_spec, build_spec, remote_dir, scheduler_name
-from portal.jobs.transitions import locked_job, transition
+from portal.jobs.specs import build_array_spec, build_spec, group_for, remote_dir, scheduler_name
+from portal.jobs.transitions import locked_job, transition, transition_many
 from portal.jobs.validation import format_walltime, parse_walltime
 from portal.projects import access
 from portal.projects.models import Project
@@ -336,7 +336,7 @@ def submit_job(user, req: JobRequest, *, dry_run: bool = False, idempotency_key:
     return Submission(job, job.rendered_script, prepared.estimate, created=True, warnings=_budget_warnings(job.project))
 
 
-def _record_job(job: Job, user, *, dispatch: bool = True) -> None:
+def _record_job(job: Job, user) -> None:
     """Save a prepared job, its first event and its reservation; dispatch once committed. In a transaction."""
     job.save()
     JobEvent.objects.create(job=job, from_state="", to_state=JobState.QUEUED, reason="submitted", actor=user)
@@ -347,8 +347,7 @@ def _record_job(job: Job, user, *, dispatch: bool = True) -> None:
             raise BudgetRefused(str(exc), field="walltime") from None
     record("job.submit", actor=user, project=job.project, target=job, estimate=str(job.estimate_amount))
     job_id = job.pk
-    if dispatch:
-        transaction.on_commit(lambda: _enqueue_dispatch(job_id))
+    transaction.on_commit(lambda: _enqueue_dispatch(job_id))
 
 
 def _budget_warnings(project: Project) -> list[str]:
@@ -412,20 +411,27 @@ def submit_sweep(user, req: JobRequest, sweep: Any, *, dry_run: bool = False, ar
             return _existing_sweep(existing)
     points = expand_sweep(sweep)
     width = len(str(len(points) - 1))
-    element_req = replace(req, edited_script=None) if array is not False else req
-    prepared = [
-        prepare_job(user, replace(element_req, name=f"{req.name}-{i:0{width}d}"[:63], parameters={**req.parameters, **point},
-                                  uuid=None),
-                    require_account=not dry_run)
-        for i, point in enumerate(points)
-    ]
-    cluster = prepared[0].job.cluster
-    supported = renderer_for(cluster).supports_arrays
-    if array and not supported:
+    names = [f"{req.name}-{i:0{width}d}"[:63] for i in range(len(points))]
+    # Every check and the estimate once, on the first point: the points differ only in name and parameters.
+    first = prepare_job(user, replace(req, name=names[0], parameters={**req.parameters, **points[0]}, uuid=None,
+                                      edited_script=None),
+                        require_account=not dry_run)
+    cluster = first.job.cluster
+    renderer = renderer_for(cluster)
+    if array and not renderer.supports_arrays:
         raise SubmitError(f"{cluster.name}'s scheduler takes a sweep job by job, not as one array", field="sweep")
-    as_array = supported and len(points) > 1 if array is None else bool(array)
+    as_array = renderer.supports_arrays and len(points) > 1 if array is None else bool(array)
+    if not as_array and req.edited_script is not None and req.edited_script.strip() != first.script.strip():
+        first.script = first.job.rendered_script = _checked_edit(req.edited_script, first.script,
+                                                                 renderer.directive_prefix)
+    scheduler_group = group_for(req.project, cluster)
+    prepared = [first] + [
+        _sibling(first, name, {**req.parameters, **point}, render=not as_array, edited_script=req.edited_script,
+                 scheduler_group=scheduler_group)
+        for name, point in zip(names[1:], points[1:], strict=True)
+    ]
     group = JobGroup(project=req.project, user=user, name=req.name, sweep=sweep, array=as_array, idempotency_key=key)
-    script = prepared[0].script
+    script = first.script
     if as_array:
         # The form's draft id names the array, so what was previewed is what is submitted.
         group.scheduler_name = scheduler_name(req.uuid or uuid_mod.uuid4(), req.name)
@@ -437,14 +443,9 @@ def submit_sweep(user, req: JobRequest, sweep: Any, *, dry_run: bool = False, ar
     try:
         with transaction.atomic():
             group.save()
+            _record_sweep(group, [p.job for p in prepared], user, dispatch_each=not as_array)
             for submission in prepared:
-                submission.job.group = group
-                _record_job(submission.job, user, dispatch=not as_array)
                 submission.created = True
-            record("job.sweep", actor=user, project=req.project, target=group, jobs=len(prepared), array=as_array)
-            if as_array:
-                first_id = prepared[0].job.pk
-                transaction.on_commit(lambda: _enqueue_dispatch(first_id))
     except IntegrityError:
         # The same key raced in two requests: the first one won.
         existing = JobGroup.objects.filter(user=user, idempotency_key=key).first() if key else None
@@ -452,6 +453,52 @@ def submit_sweep(user, req: JobRequest, sweep: Any, *, dry_run: bool = False, ar
             raise
         return _existing_sweep(existing)
     return SweepSubmission(group, prepared, array=as_array, script=script)
+
+
+def _sibling(first: Submission, name: str, parameters: dict[str, Any], *, render: bool, edited_script: str | None,
+             scheduler_group: str) -> Submission:
+    """Another point of a sweep: the first point's checked job with its own name, parameters and ids (and its own
+    script, unless it becomes an element of an array whose one script is rendered later)."""
+    job = Job(**{f.attname: getattr(first.job, f.attname) for f in Job._meta.concrete_fields
+                 if f.name not in {"id", "uuid"}})
+    # The related rows the first point already loaded: no query per point.
+    job.project, job.user, job.cluster = first.job.project, first.job.user, first.job.cluster
+    job.hardware, job.software = first.job.hardware, first.job.software
+    job.uuid = uuid_mod.uuid4()
+    job.name, job.parameters = name, parameters
+    job.scheduler_name = scheduler_name(job.uuid, name)
+    job.remote_dir = remote_dir(job.cluster, job.scheduler_name)
+    script = first.script
+    if render:
+        renderer = renderer_for(job.cluster)
+        try:
+            script = renderer.render(build_spec(job, group=scheduler_group))
+        except InvalidJobSpec as exc:
+            raise SubmitError(f"sweep point {name}: {exc}", field="sweep") from None
+        if edited_script is not None and edited_script.strip() != script.strip():
+            script = _checked_edit(edited_script, script, renderer.directive_prefix)
+    job.rendered_script = script
+    return Submission(job=job, script=script, estimate=first.estimate, created=False, warnings=first.warnings)
+
+
+def _record_sweep(group: JobGroup, jobs: list[Job], user, *, dispatch_each: bool) -> None:
+    """Save a sweep's jobs, their first events, one reservation for all and one audit row. In a transaction."""
+    for job in jobs:
+        job.group = group
+    Job.objects.bulk_create(jobs)
+    JobEvent.objects.bulk_create(
+        JobEvent(job=job, from_state="", to_state=JobState.QUEUED, reason=f"submitted in sweep {group.name}", actor=user)
+        for job in jobs
+    )
+    try:
+        budgets.reserve_many(group.project, [(j, j.estimate_amount) for j in jobs if j.estimate_amount is not None],
+                             actor=user)
+    except budgets.BudgetExceeded as exc:
+        raise BudgetRefused(str(exc), field="walltime") from None
+    record("job.sweep", actor=user, project=group.project, target=group, jobs=[j.pk for j in jobs], array=group.array,
+           estimate=str(sum((j.estimate_amount or 0 for j in jobs), Decimal("0"))))
+    job_ids = [job.pk for job in jobs] if dispatch_each else [jobs[0].pk]  # an array goes in one dispatch
+    transaction.on_commit(lambda: [_enqueue_dispatch(job_id) for job_id in job_ids])
 
 
 def _existing_sweep(group: JobGroup) -> SweepSubmission:
@@ -600,12 +647,10 @@ def dispatch_array(group_id: int) -> DispatchOutcome:
             return DispatchOutcome("busy", "another attempt holds this array")
         attempts = max(j.dispatch_attempts for j in waiting) + 1
         lease = {"dispatch_lease_until": now + _lease(), "dispatch_attempts": attempts}
-        for job in waiting:
-            if job.state == JobState.QUEUED:
-                transition(job, JobState.SUBMITTING, reason="handing the array to the scheduler", **lease)
-            else:
-                # The previous attempt died: take over, but look before submitting.
-                Job.objects.filter(pk=job.pk).update(**lease)
+        queued = [j for j in waiting if j.state == JobState.QUEUED]
+        transition_many(queued, JobState.SUBMITTING, reason="handing the array to the scheduler", **lease)
+        # Those already SUBMITTING were left by an attempt that died: take over, but look before submitting.
+        Job.objects.filter(pk__in=[j.pk for j in waiting if j not in queued]).update(**lease)
     group = JobGroup.objects.get(pk=group_id)
     jobs.sort(key=lambda j: j.array_index)
     first = jobs[0]
@@ -632,15 +677,11 @@ def dispatch_array(group_id: int) -> DispatchOutcome:
         JobGroup.objects.filter(pk=group_id).update(scheduler_id=array_id)
         submitted = _locked_submitting(group_id)
         for job in submitted:
-            transition(
-                job,
-                JobState.PENDING,
-                reason=f"element {job.array_index} of scheduler array {array_id}{found}",
-                scheduler_id=backend.element_id(array_id, job.array_index),
-                submitted_at=timezone.now(),
-                dispatch_lease_until=None,
-                last_seen_at=timezone.now(),
-            )
+            job.scheduler_id = backend.element_id(array_id, job.array_index)
+        now = timezone.now()
+        transition_many(submitted, JobState.PENDING, also=["scheduler_id"],
+                        reason=f"an element of scheduler array {array_id}{found}",
+                        submitted_at=now, dispatch_lease_until=None, last_seen_at=now)
         cancel_wanted = [job.pk for job in submitted if job.cancel_requested_at is not None]
         dropped = list(Job.objects.filter(group_id=group_id, state=JobState.CANCELLED, scheduler_id=""))
     for job_id in cancel_wanted:

@@ -45,8 +45,9 @@ def _parameter_files(job) -> dict[str, bytes]:
     return {}
 
 
-def build_spec(job) -> JobSpec:
-    """The JobSpec of a Job (saved or not: the form's preview renders an unsaved one)."""
+def build_spec(job, *, group: str | None = None) -> JobSpec:
+    """The JobSpec of a Job (saved or not: the form's preview renders an unsaved one). `group`: the scheduler
+    group, when the caller already looked it up (a sweep's points share it)."""
     hw = job.hardware
     resources = Resources(
         nodes=job.nodes,
@@ -71,7 +72,7 @@ def build_spec(job) -> JobSpec:
         walltime_seconds=job.walltime_seconds,
         resources=resources,
         workdir=job.remote_dir or remote_dir(job.cluster, name),
-        group=group_for(job.project, job.cluster),
+        group=group if group is not None else group_for(job.project, job.cluster),
         modules=tuple(software.modules) if software and software.kind == "modules" else (),
         container=software.image if software and software.kind == "container" else "",
         setup=software.setup if software else "",

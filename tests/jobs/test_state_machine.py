@@ -80,3 +80,21 @@ def test_the_queues_word_alone_ends_a_job_only_after_accounting_had_its_grace_pe
     other = Job.objects.create(**{f.name: getattr(job, f.name) for f in Job._meta.concrete_fields
                                   if f.name not in {"id", "uuid", "idempotency_key"}})
     assert _accounting_overdue(other, first)
+
+
+def test_moving_many_jobs_at_once_checks_each_move_and_records_each_event(local_site):
+    from portal.jobs.transitions import transition_many
+
+    req = actions.JobRequest(project=local_site.project, name="many", script="true", hardware=local_site.hardware,
+                             walltime="00:05:00")
+    jobs = [job for job in actions.submit_sweep(local_site.alice, req, {"N": [1, 2, 3]}).group.jobs.order_by("pk")]
+    with transaction.atomic():
+        transition_many(jobs, JobState.SUBMITTING, reason="handing the array to the scheduler")
+    assert set(Job.objects.filter(pk__in=[j.pk for j in jobs]).values_list("state", flat=True)) == {"submitting"}
+    for job in jobs:
+        assert list(job.events.values_list("from_state", "to_state")) == [("", "queued"), ("queued", "submitting")]
+    with pytest.raises(IllegalTransition), transaction.atomic():
+        transition_many(jobs, JobState.QUEUED, reason="backwards")
+    with pytest.raises(ValueError, match="endings"), transaction.atomic():
+        transition_many(jobs, JobState.COMPLETED, reason="no settlement this way")
+    assert set(Job.objects.filter(pk__in=[j.pk for j in jobs]).values_list("state", flat=True)) == {"submitting"}

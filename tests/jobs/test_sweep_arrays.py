@@ -61,7 +61,10 @@ def test_a_sweep_is_one_scheduler_array_and_each_point_ends_with_its_own_result_
                        message=f"stdout of element {job.array_index}")
         assert f"lr={lr}" in bytes(out.data).decode()
         assert f"lr={0.1 if lr != '0.1' else 0.2}" not in bytes(out.data).decode()
-        assert list(job.artifacts.values_list("path", flat=True)) == ["lr.txt"]
+        # The final fetch stores the logs, then collects outputs/.
+        artifacts = wait_for(lambda job=job: list(job.artifacts.values_list("path", flat=True)),
+                             message=f"outputs of element {job.array_index}")
+        assert artifacts == ["lr.txt"]
         # Each element is charged its own accounted time and gives back the rest of its reservation.
         ledger = dict(LedgerEntry.objects.filter(job=job).values_list("kind", "amount"))
         accounting = _backend(job).final_records([job.scheduler_id])[job.scheduler_id]
