@@ -28,6 +28,7 @@ urlpatterns = [
     path("jobs/<int:pk>/log/<str:stream>/", job_views.job_log, name="job-log"),
     path("jobs/<int:pk>/cancel/", job_views.job_cancel, name="job-cancel"),
     path("jobs/groups/<int:pk>/", job_views.job_group, name="job-group"),
+    path("jobs/groups/<int:pk>/cancel/", job_views.job_group_cancel, name="job-group-cancel"),
     path("jobs/<int:pk>/outputs/<int:artifact_id>/", job_views.job_artifact, name="job-artifact"),
     path("settings/clusters/", cluster_views.cluster_accounts, name="cluster-accounts"),
     path("settings/clusters/<slug:slug>/link/", cluster_views.link, name="cluster-account-link"),

@@ -24,6 +24,7 @@ v1 = [
     path("jobs/<int:pk>/outputs/<int:artifact_id>/", views.JobOutputDownloadView.as_view(), name="api-job-output"),
     path("sweeps/", views.SweepCreateView.as_view(), name="api-sweeps"),
     path("sweeps/<int:pk>/", views.SweepDetailView.as_view(), name="api-sweep-detail"),
+    path("sweeps/<int:pk>/cancel/", views.SweepCancelView.as_view(), name="api-sweep-cancel"),
 ]
 
 urlpatterns = [

@@ -310,6 +310,20 @@ class SweepDetailView(ApiView):
         return Response(SweepSerializer(queries.sweep_or_404(request.user, pk), context={"request": request}).data)
 
 
+class SweepCancelView(ApiView):
+    @extend_schema(
+        request=None,
+        responses={202: OpenApiResponse(SweepSerializer, description="cancel requested for each job not ended yet"),
+                   **COMMON_ERRORS, **NOT_FOUND},
+        summary="Cancel every job of a sweep that has not ended",
+    )
+    def post(self, request, pk: int):
+        sweep = queries.sweep_or_404(request.user, pk)
+        actions.request_cancel_sweep(sweep.group, request.user)
+        return Response(SweepSerializer(queries.sweep_or_404(request.user, pk), context={"request": request}).data,
+                        status=status.HTTP_202_ACCEPTED)
+
+
 def _idempotency_key(request) -> str | None:
     key = request.headers.get("Idempotency-Key", "").strip()
     if not key:

@@ -761,6 +761,18 @@ def request_cancel(job: Job, user) -> Job:
     return job
 
 
+def request_cancel_sweep(group: JobGroup, user) -> list[Job]:
+    """Cancel every job of a sweep that has not ended, each as `request_cancel` does (an array's elements are
+    cancelled one by one, so each keeps its own record). Returns the jobs whose cancel was recorded."""
+    cancelled = []
+    for job in Job.objects.filter(group=group).exclude(state__in=FINAL_STATES).order_by("pk"):
+        try:
+            cancelled.append(request_cancel(job, user))
+        except CancelError:
+            continue  # it ended meanwhile
+    return cancelled
+
+
 def _enqueue_cancel(job_id: int) -> None:
     from portal.jobs.tasks import cancel_job_task
 

@@ -223,12 +223,27 @@ def job_cancel(request, pk: int):
 
 
 @login_required
+@require_POST
+def job_group_cancel(request, pk: int):
+    group = get_object_or_404(JobGroup.objects.filter(project__in=access.visible_projects(request.user)), pk=pk)
+    try:
+        cancelled = actions.request_cancel_sweep(group, request.user)
+    except PermissionDenied as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Cancelling {len(cancelled)} job(s) of sweep {group.name}.")
+    return redirect("job-group", pk=group.pk)
+
+
+@login_required
 def job_group(request, pk: int):
     group = get_object_or_404(JobGroup.objects.filter(project__in=access.visible_projects(request.user)), pk=pk)
     jobs = visible_jobs(request.user).filter(group=group).order_by("pk")
     counts = {label: jobs.filter(state=value).count() for value, label in JobState.choices}
     template = "jobs/_group_table.html" if request.htmx else "jobs/group.html"
-    response = render(request, template, {"group": group, "jobs": jobs, "counts": {k: v for k, v in counts.items() if v}})
+    active = sum(1 for job in jobs if not job.is_final)
+    response = render(request, template, {"group": group, "jobs": jobs, "active": active,
+                                          "counts": {k: v for k, v in counts.items() if v}})
     if request.htmx and all(job.is_final for job in jobs):
         response.status_code = STOP_POLLING
     return response

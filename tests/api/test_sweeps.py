@@ -89,3 +89,20 @@ def test_a_sweep_on_slurm_is_one_array_and_its_dry_run_shows_the_array_script(hp
     assert {job["script"] for job in answer["jobs"]} == {answer["script"]}
     one_by_one = api.post(SWEEPS, {**body, "array": False}).json()
     assert one_by_one["array"] is False and "--array" not in one_by_one["script"]
+
+
+def test_cancelling_a_sweep_cancels_each_job_not_ended_and_only_its_owner_may(alice_api, mallory_api, api_as,
+                                                                                local_site):
+    group_id = alice_api.post(SWEEPS, job_body(sweep={"LR": [1, 2, 3]})).json()["id"]
+    done = Job.objects.filter(group_id=group_id).order_by("pk").first()
+    Job.objects.filter(pk=done.pk).update(state="completed")  # one point already ended: it stays as it is
+    assert mallory_api.post(f"{SWEEPS}{group_id}/cancel/").status_code == 404
+    assert api_as(local_site.alice, "read").post(f"{SWEEPS}{group_id}/cancel/").status_code == 403
+    assert set(Job.objects.filter(group_id=group_id).values_list("state", flat=True)) == {"completed", "queued"}
+
+    response = alice_api.post(f"{SWEEPS}{group_id}/cancel/")
+
+    assert response.status_code == 202, response.content
+    assert [job["state"] for job in response.json()["jobs"]] == ["completed", "cancelled", "cancelled"]
+    # Their reservations are given back: a job cancelled before submission cost nothing.
+    assert LedgerEntry.objects.filter(kind="release", job__group_id=group_id).count() == 2

@@ -93,6 +93,26 @@ def test_cancelling_one_point_of_an_array_sweep_leaves_the_others_to_finish(clie
     assert f"array {group.scheduler_id}" in page or f"array {JobGroup.objects.get(pk=group.pk).scheduler_id}" in page
 
 
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_cancel_the_sweep_stops_every_element_of_the_array_on_slurm(client, hpc_site, live_worker):
+    group = _sweep(hpc_site, "slurm-a100x1", "sleep 300", [1, 2, 3]).group
+    wait_for(lambda: not group.jobs.exclude(state=JobState.RUNNING).exclude(state=JobState.PENDING).exists()
+             and not group.jobs.filter(scheduler_id="").exists(), timeout=60, message="the array on Slurm")
+    client.force_login(hpc_site.alice)
+    page = client.get(reverse("job-group", args=[group.pk])).content.decode()
+    assert "Cancel the sweep (3 not ended)" in page
+
+    assert client.post(reverse("job-group-cancel", args=[group.pk])).status_code == 302
+
+    jobs = wait_for(lambda: _all_final(group), timeout=90, message="every element to be cancelled")
+    assert {job.state for job in jobs} == {JobState.CANCELLED}
+    # Nothing of the array is left to run on Slurm (elements cancelled while pending may never reach accounting).
+    statuses = _backend(jobs[0]).statuses([job.scheduler_id for job in jobs])
+    assert statuses and all(status.state == State.CANCELLED for status in statuses.values()), statuses
+    assert "Cancel the sweep" not in client.get(reverse("job-group", args=[group.pk])).content.decode()
+
+
 def _arrays_named(job: Job) -> set[str]:
     """The distinct scheduler arrays carrying this sweep's name, asked of the scheduler itself."""
     name = shlex.quote(job.scheduler_name)
