@@ -9,12 +9,11 @@ from __future__ import annotations
 from django.db.models import OuterRef, Q, QuerySet, Subquery
 
 from portal.api.errors import NotFound
-from portal.budgets.actions import Money
 from portal.budgets.models import Budget
 from portal.catalog import queries as catalog
 from portal.catalog.models import HardwareType, Software
 from portal.clusters.models import Allocation, Cluster
-from portal.jobs.actions import Submission, SweepSubmission
+from portal.jobs.actions import SweepSubmission, sweep_of
 from portal.jobs.models import Job, JobGroup
 from portal.jobs.queries import visible_jobs
 from portal.projects import access
@@ -89,14 +88,7 @@ def sweep_or_404(user, pk: int) -> SweepSubmission:
     group = JobGroup.objects.filter(pk=pk, project__in=access.visible_projects(user)).first()
     if group is None:
         raise NotFound(f"sweep {pk} not found (or not in a project you can see)")
-    jobs = list(visible_jobs(user).filter(group=group).order_by("array_index", "pk"))
-    submissions = [
-        Submission(job, job.rendered_script, Money(job.estimate_amount, job.estimate_unit)
-                   if job.estimate_amount is not None else None, created=False)
-        for job in jobs
-    ]
-    return SweepSubmission(group, submissions, array=group.array, script=jobs[0].rendered_script if jobs else "",
-                           created=False)
+    return sweep_of(group)
 
 
 def file_or_404(user, project: Project, pk: int) -> StoredFile:

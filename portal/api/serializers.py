@@ -296,15 +296,15 @@ class SweepSerializer(serializers.Serializer):
         unit = next((s.estimate.unit for s in sweep.submissions if s.estimate), None)
         group = sweep.group
         return {
-            "id": group.pk if group else None,
-            "name": group.name if group else (jobs[0].name.rsplit("-", 1)[0] if jobs else ""),
-            "project": jobs[0].project.slug if jobs else "",
-            "sweep": group.sweep if group else {},
+            "id": group.pk,
+            "name": group.name,
+            "project": group.project.slug,
+            "sweep": group.sweep,
             "array": sweep.array,
-            "scheduler_id": group.scheduler_id if group else "",
+            "scheduler_id": group.scheduler_id,
             "script": sweep.script,
             "estimate": {"amount": f"{sweep.estimate_total:.4f}", "unit": unit} if unit else None,
-            "created": bool(group) and sweep.created,
+            "created": sweep.created,
             "jobs": JobSerializer(jobs, many=True, context=self.context).data,
         }
 

@@ -140,9 +140,7 @@ def prepare_job(user, req: JobRequest, *, require_account: bool = True) -> Submi
         job.submit_command = shlex.join(renderer.submit_command(spec))
     except InvalidJobSpec as exc:
         raise SubmitError(str(exc)) from None
-    if req.edited_script is not None and req.edited_script.strip() != script.strip():
-        script = _checked_edit(req.edited_script, script, renderer.directive_prefix)
-    job.rendered_script = script
+    job.rendered_script = script = _checked_edit(req.edited_script, script, renderer.directive_prefix)
 
     estimate = None
     if hw is not None:
@@ -280,8 +278,13 @@ def notebook_payload(notebook: Any, parameters: Any) -> str:
     )
 
 
-def _checked_edit(edited: str, rendered: str, prefix: str) -> str:
-    """Advanced mode: the body may change, the directives may not (they follow from the form and the budget)."""
+def _checked_edit(edited: str | None, rendered: str, prefix: str) -> str:
+    """Advanced mode: the body may change, the directives may not (they follow from the form and the budget).
+
+    The script to submit: `rendered` when there is no edit (or it changes nothing), else the checked edit.
+    """
+    if edited is None or edited.strip() == rendered.strip():
+        return rendered
     if not edited.strip():
         raise SubmitError("the edited script is empty", field="edited_script")
     if "\0" in edited or len(edited.encode()) > settings.KAKEHASHI_MAX_SCRIPT_BYTES:
@@ -365,7 +368,7 @@ MAX_SWEEP_JOBS = 100
 
 @dataclass
 class SweepSubmission:
-    group: JobGroup | None
+    group: JobGroup  # unsaved for a dry run
     submissions: list[Submission]
     array: bool = False  # one scheduler array, not a submit per job
     script: str = ""  # the array's job script (array mode), else the first job's
@@ -408,7 +411,7 @@ def submit_sweep(user, req: JobRequest, sweep: Any, *, dry_run: bool = False, ar
     if key and not dry_run:
         existing = JobGroup.objects.filter(user=user, idempotency_key=key).first()
         if existing is not None:
-            return _existing_sweep(existing)
+            return sweep_of(existing)
     points = expand_sweep(sweep)
     width = len(str(len(points) - 1))
     names = [f"{req.name}-{i:0{width}d}"[:63] for i in range(len(points))]
@@ -421,7 +424,7 @@ def submit_sweep(user, req: JobRequest, sweep: Any, *, dry_run: bool = False, ar
     if array and not renderer.supports_arrays:
         raise SubmitError(f"{cluster.name}'s scheduler takes a sweep job by job, not as one array", field="sweep")
     as_array = renderer.supports_arrays and len(points) > 1 if array is None else bool(array)
-    if not as_array and req.edited_script is not None and req.edited_script.strip() != first.script.strip():
+    if not as_array:
         first.script = first.job.rendered_script = _checked_edit(req.edited_script, first.script,
                                                                  renderer.directive_prefix)
     scheduler_group = group_for(req.project, cluster)
@@ -439,7 +442,7 @@ def submit_sweep(user, req: JobRequest, sweep: Any, *, dry_run: bool = False, ar
         for submission in prepared:
             submission.script = script
     if dry_run:
-        return SweepSubmission(None, prepared, array=as_array, script=script)
+        return SweepSubmission(group, prepared, array=as_array, script=script, created=False)
     try:
         with transaction.atomic():
             group.save()
@@ -451,7 +454,7 @@ def submit_sweep(user, req: JobRequest, sweep: Any, *, dry_run: bool = False, ar
         existing = JobGroup.objects.filter(user=user, idempotency_key=key).first() if key else None
         if existing is None:
             raise
-        return _existing_sweep(existing)
+        return sweep_of(existing)
     return SweepSubmission(group, prepared, array=as_array, script=script)
 
 
@@ -475,8 +478,7 @@ def _sibling(first: Submission, name: str, parameters: dict[str, Any], *, render
             script = renderer.render(build_spec(job, group=scheduler_group))
         except InvalidJobSpec as exc:
             raise SubmitError(f"sweep point {name}: {exc}", field="sweep") from None
-        if edited_script is not None and edited_script.strip() != script.strip():
-            script = _checked_edit(edited_script, script, renderer.directive_prefix)
+        script = _checked_edit(edited_script, script, renderer.directive_prefix)
     job.rendered_script = script
     return Submission(job=job, script=script, estimate=first.estimate, created=False, warnings=first.warnings)
 
@@ -501,8 +503,10 @@ def _record_sweep(group: JobGroup, jobs: list[Job], user, *, dispatch_each: bool
     transaction.on_commit(lambda: [_enqueue_dispatch(job_id) for job_id in job_ids])
 
 
-def _existing_sweep(group: JobGroup) -> SweepSubmission:
-    jobs = list(group.jobs.order_by("array_index", "pk"))
+def sweep_of(group: JobGroup) -> SweepSubmission:
+    """A recorded sweep as submit_sweep answers it (for a replayed key, the API and the pages)."""
+    jobs = list(group.jobs.select_related("project", "user", "cluster", "hardware", "software")
+                .order_by("array_index", "pk"))
     submissions = [Submission(job, job.rendered_script, _estimate_of(job), created=False) for job in jobs]
     return SweepSubmission(group, submissions, array=group.array, script=jobs[0].rendered_script if jobs else "",
                            created=False)
@@ -522,8 +526,7 @@ def _make_array(group: JobGroup, jobs: list[Job], edited_script: str | None) -> 
         script = renderer.render(spec)
     except InvalidJobSpec as exc:
         raise SubmitError(str(exc)) from None
-    if edited_script is not None and edited_script.strip() != script.strip():
-        script = _checked_edit(edited_script, script, renderer.directive_prefix)
+    script = _checked_edit(edited_script, script, renderer.directive_prefix)
     command = shlex.join(renderer.submit_command(spec))
     for job in jobs:
         job.rendered_script, job.submit_command = script, command

@@ -28,6 +28,12 @@ class CountingTransport(Transport):
         return self.inner.read_file(path, offset=offset, limit=limit)
 
 
+@pytest.fixture
+def backend(profile, transport_for):
+    """The backend of the module's `profile` (a scheduler contract parameter), as alice, counting its commands."""
+    return profile.make(CountingTransport(transport_for(profile.login, "alice")))
+
+
 @pytest.fixture(scope="session")
 def run_id() -> str:
     return uuid.uuid4().hex[:8]

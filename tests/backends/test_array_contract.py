@@ -11,7 +11,6 @@ import time
 import pytest
 
 from backends.base import ArrayElement, Backend, State, element_dir
-from tests.backends.conftest import CountingTransport
 from tests.backends.test_scheduler_contract import PROFILES, Profile
 
 pytestmark = pytest.mark.cluster
@@ -26,11 +25,6 @@ def test_slurm_and_grid_engine_submit_sweeps_as_arrays_and_pbs_does_not():
 @pytest.fixture(params=ARRAY_PROFILES, ids=lambda p: p.name)
 def profile(request) -> Profile:
     return request.param
-
-
-@pytest.fixture
-def backend(profile, transport_for) -> Backend:
-    return profile.make(CountingTransport(transport_for(profile.login, "alice")))
 
 
 def _elements(*values: str) -> tuple[ArrayElement, ...]:

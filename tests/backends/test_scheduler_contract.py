@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pytest
 
 from backends.base import Backend, State, SubmitRefused
-from tests.backends.conftest import CountingTransport, wait_state
+from tests.backends.conftest import wait_state
 
 pytestmark = pytest.mark.cluster
 
@@ -126,11 +126,6 @@ PROFILES = [
 @pytest.fixture(params=PROFILES, ids=lambda p: p.name)
 def profile(request) -> Profile:
     return request.param
-
-
-@pytest.fixture
-def backend(profile, transport_for) -> Backend:
-    return profile.make(CountingTransport(transport_for(profile.login, "alice")))
 
 
 def _final(record) -> bool:
