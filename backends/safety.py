@@ -10,9 +10,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-from backends.base import InvalidJobSpec, JobSpec
+from backends.spec import InvalidJobSpec, JobSpec
 
 MAX_PAYLOAD_BYTES = 1 << 20
+# Every prefix some batch scheduler reads options from. None may come from user text or curated setup lines,
+# whichever scheduler a cluster runs: a script may pass through more than one (the Torque wrappers hand it to
+# sbatch), and Grid Engine reads `#$` lines anywhere in a file.
+DIRECTIVE_PREFIXES = ("#SBATCH", "#PBS", "#$", "#BSUB")
 
 JOB_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,62}")
 GROUP_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
@@ -132,7 +136,7 @@ def validate_spec(spec: JobSpec) -> JobSpec:
     check_path(spec.workdir, what="job directory")
     check_path(spec.cwd, what="working directory")
     if any(ch in spec.setup for ch in "\0") or any(
-        line.lstrip().startswith(("#SBATCH", "#PBS", "#$", "#BSUB")) for line in spec.setup.splitlines()
+        line.lstrip().startswith(DIRECTIVE_PREFIXES) for line in spec.setup.splitlines()
     ):
         raise InvalidJobSpec("the software's setup lines may not hold scheduler directives")
     check_mapping(spec.resources.mapping)

@@ -12,7 +12,7 @@ import tarfile
 import time
 from dataclasses import dataclass
 
-from backends.base import PAYLOAD_FILE, SCRIPT_FILE, JobSpec, Launcher
+from backends.spec import PAYLOAD_FILE, SCRIPT_FILE, JobSpec, Launcher
 
 
 @dataclass(frozen=True)
@@ -20,7 +20,9 @@ class Dialect:
     hosts_command: str  # prints one host per line (may be empty outside a multi-host allocation)
     job_id_var: str  # e.g. SLURM_JOB_ID
     enter_dir: str = ""  # shell line that enters the job directory, if the scheduler does not already
-    multi_node_prefix: str = "mpirun"  # "srun" where the scheduler starts per-node tasks itself
+    # How one command per node is started: "mpirun", "srun" where the scheduler starts per-node tasks itself, or
+    # "" where the platform already runs the whole script once on every node (AWS Batch multi-node jobs).
+    multi_node_prefix: str = "mpirun"
     array_index_var: str = ""  # e.g. SLURM_ARRAY_TASK_ID: which element of an array this is
 
 
@@ -38,6 +40,16 @@ def _mpirun_env_flags(spec: JobSpec) -> list[str]:
     for name in names:
         flags += ["-x", name]
     return flags
+
+
+# The allocation's hosts, one per line, in the scheduler's order: the first is where the job script runs.
+HOSTFILE = '"$KAKEHASHI_JOB_DIR/hosts.txt"'
+
+
+def tasks_per_node(spec: JobSpec) -> int:
+    """The tasks an allocation holds on each node. torchrun is one agent per node that starts the processes
+    itself; mpirun and a plain script get one task per process."""
+    return 1 if spec.launcher == Launcher.TORCHRUN else spec.procs
 
 
 def shell_path(path: str) -> str:
@@ -77,22 +89,25 @@ def launch_line(spec: JobSpec, dialect: Dialect) -> str:
                 f'--rdzv-id="${{{dialect.job_id_var}:-kakehashi}}"'
             )
         torch = join(shlex.join(torchrun), rdzv, "--no-python", payload)
-        if nodes == 1:
+        if nodes == 1 or not dialect.multi_node_prefix:
             return join(quoted_container, torch)
         if dialect.multi_node_prefix == "srun":
-            per_node = shlex.join(["srun", f"--nodes={nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1"])
-        else:
+            # --ntasks as well: srun would otherwise take the allocation's task count and start more agents.
             per_node = shlex.join(
-                ["mpirun", "-npernode", "1", "-n", str(nodes), "-hostfile", "hosts.txt", *_mpirun_env_flags(spec)]
+                ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
+            )
+        else:
+            per_node = join(
+                shlex.join(["mpirun", "-npernode", "1", "-n", str(nodes)]),
+                f"-hostfile {HOSTFILE}",
+                shlex.join(_mpirun_env_flags(spec)),
             )
         return join(per_node, quoted_container, torch)
 
     if spec.launcher == Launcher.MPIRUN:
-        mpirun = ["mpirun", "-npernode", str(ppn), "-n", str(nodes * ppn)]
-        if nodes > 1:
-            mpirun += ["-hostfile", "hosts.txt"]
-        mpirun += _mpirun_env_flags(spec)
-        return join(shlex.join(mpirun), quoted_container, payload)
+        mpirun = shlex.join(["mpirun", "-npernode", str(ppn), "-n", str(nodes * ppn)])
+        hostfile = f"-hostfile {HOSTFILE}" if nodes > 1 else ""
+        return join(mpirun, hostfile, shlex.join(_mpirun_env_flags(spec)), quoted_container, payload)
 
     raise ValueError(f"unknown launcher {spec.launcher!r}")
 
@@ -112,7 +127,8 @@ def render_body(spec: JobSpec, dialect: Dialect) -> str:
         f'export KAKEHASHI_SCHEDULER_JOB_ID="${{{dialect.job_id_var}:-}}"',
         'export KAKEHASHI_OUTPUT_DIR="$KAKEHASHI_JOB_DIR/outputs"',
         'mkdir -p "$KAKEHASHI_OUTPUT_DIR"',
-        f"{{ {dialect.hosts_command} ; }} 2>/dev/null | sort -u > hosts.txt",
+        # Each host once, in the scheduler's order (the first is where this script runs: the rendezvous host).
+        f"{{ {dialect.hosts_command} ; }} 2>/dev/null | awk '!seen[$0]++' > hosts.txt",
         "[ -s hosts.txt ] || hostname > hosts.txt",
         'export MASTER_ADDR="$(head -n 1 hosts.txt)"',
         # A port derived from the job id keeps two jobs sharing a first node from colliding. Only the id's

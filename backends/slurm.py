@@ -22,8 +22,9 @@ from backends.base import (
     State,
     SubmitRefused,
 )
-from backends.safety import check_job_name, check_mapping, validate_spec
-from backends.script import Dialect, assemble, hms, recorded_id_command, render_body, staged_command, staging_archive
+from backends.safety import check_job_name, check_mapping
+from backends.script import Dialect, hms, recorded_id_command, tasks_per_node
+from backends.transport import CommandResult
 
 _PENDING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
 _RUNNING = {"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING", "STAGE_OUT"}
@@ -41,7 +42,7 @@ _STATES = {
     "CANCELLED": State.CANCELLED,
     "TIMEOUT": State.TIMED_OUT,
 }
-_ID_RE = re.compile(r"^\d+(_\d+)?$")
+_ID_RE = re.compile(r"\d+(_\d+)?")
 SACCT_FIELDS = "JobID,JobName,State,ExitCode,Start,End,ElapsedRaw,NNodes,AllocTRES,Account,Partition"
 # The job-completion log has no TRES (and Slurm 22.05's `sacct -c` crashes when asked for AllocTRES).
 JOBCOMP_FIELDS = SACCT_FIELDS.replace(",AllocTRES", "")
@@ -59,16 +60,11 @@ def _epoch(value: str) -> datetime | None:
     return datetime.fromtimestamp(int(value), UTC)
 
 
-def _check_ids(ids: Sequence[str]) -> list[str]:
-    bad = [i for i in ids if not _ID_RE.match(i)]
-    if bad:
-        raise BackendError(f"not Slurm job ids: {bad!r}")
-    return list(ids)
-
-
 class SlurmBackend(Backend):
     kind = "slurm"
+    scheduler_name = "Slurm"
     directive_prefix = "#SBATCH"
+    id_pattern = _ID_RE
     dialect = Dialect(
         hosts_command='scontrol show hostnames "$SLURM_JOB_NODELIST"',
         job_id_var="SLURM_JOB_ID",
@@ -76,6 +72,9 @@ class SlurmBackend(Backend):
         array_index_var="SLURM_ARRAY_TASK_ID",
     )
     supports_arrays = True
+    element_separator = "_"
+    cancel_argv = ("scancel",)
+    gone_messages = ("Invalid job id",)
 
     # ------------------------------------------------------------------------------------------- rendering
 
@@ -89,10 +88,10 @@ class SlurmBackend(Backend):
             "--error=%a/stderr.log" if spec.array else "--error=stderr.log",
             f"--time={slurm_walltime(spec.walltime_seconds)}",
             f"--nodes={res.nodes}",
-            f"--ntasks-per-node={spec.procs}",
+            f"--ntasks-per-node={tasks_per_node(spec)}",
         ]
         if res.cpus_per_node:
-            lines.append(f"--cpus-per-task={max(1, res.cpus_per_node // spec.procs)}")
+            lines.append(f"--cpus-per-task={max(1, res.cpus_per_node // tasks_per_node(spec))}")
         if partition := mapping.get("partition") or self.settings.get("partition"):
             lines.append(f"--partition={partition}")
         if spec.group:
@@ -112,92 +111,77 @@ class SlurmBackend(Backend):
             lines.append(f"--array=1-{spec.array_size}")
         return [f"#SBATCH {line}" for line in lines]
 
-    def render(self, spec: JobSpec) -> str:
-        validate_spec(spec)
-        return assemble("#!/bin/bash", self.directives(spec), render_body(spec, self.dialect))
-
     # ------------------------------------------------------------------------------------------ submitting
 
     def submit_command(self, spec: JobSpec) -> list[str]:
         return ["sbatch", "--parsable", SCRIPT_FILE]
 
-    def submit(self, spec: JobSpec, script: str | None = None) -> str:
-        script = script if script is not None else self.render(spec)
-        command = staged_command(spec.workdir, shlex.join(self.submit_command(spec)))
-        result = self.transport.run_shell(command, stdin=staging_archive(spec, script))
+    def parse_submit(self, result: CommandResult) -> str:
         if not result.ok:
             message = result.message
             if "sbatch: error" in message or "Batch job submission failed" in message:
                 raise SubmitRefused(_sbatch_error(message))
             raise BackendError(f"sbatch failed (exit {result.exit_status}): {message}")
-        job_id = result.stdout.strip().splitlines()[-1].split(";")[0]
-        if not _ID_RE.match(job_id):
+        job_id = result.stdout.strip().splitlines()[-1].split(";")[0] if result.stdout.strip() else ""
+        if not _ID_RE.fullmatch(job_id):
             raise BackendError(f"sbatch printed no job id: {result.stdout!r}")
         return job_id
 
-    def find(self, spec: JobSpec) -> str | None:
+    def find_command(self, spec: JobSpec) -> str:
         name = shlex.quote(check_job_name(spec.name))
-        command = (
+        return (
             f"{recorded_id_command(spec.workdir)}; "
             # %F and the part of sacct's JobID before "_" are an array's own id ("123" of "123_4").
             f"squeue -h -t all -n {name} -o %F 2>/dev/null; "
             f"SLURM_TIME_FORMAT=%s sacct -n -X -P --name {name} -S now-30days -o JobID 2>/dev/null; true"
         )
-        result = self.transport.run_shell(command)
-        for line in result.stdout.split():
+
+    def parse_find(self, stdout: str) -> str | None:
+        for line in stdout.split():
             candidate = line.split(";")[0].split("_")[0].strip()
-            if _ID_RE.match(candidate):
+            if _ID_RE.fullmatch(candidate):
                 return candidate
         return None
 
-    def element_id(self, array_id: str, index: int) -> str:
-        return f"{array_id}_{index}"
-
-    def cancel(self, scheduler_id: str) -> None:
-        (job_id,) = _check_ids([scheduler_id])
-        result = self.transport.run(["scancel", job_id])
-        if not result.ok and "Invalid job id" not in result.message:
-            raise BackendError(f"scancel {job_id} failed: {result.message}")
-
     # ------------------------------------------------------------------------------------------- tracking
 
-    def statuses(self, scheduler_ids: Sequence[str]) -> dict[str, JobStatus]:
-        ids = _check_ids(scheduler_ids)
-        if not ids:
-            return {}
+    def status_command(self, scheduler_ids: Sequence[str]) -> str:
         # `-t all` keeps recently finished jobs (MinJobAge) so their end is seen; `%r` is the pending reason;
-        # `-r` lists an array's waiting elements one by one ("123_4", not "123_[4-10]").
-        fmt = "%i|%T|%r"
-        result = self.transport.run_shell(f"squeue -h -r -t all -j {','.join(ids)} -o {shlex.quote(fmt)}")
-        if not result.ok:
-            if "Invalid job id" not in result.message:
-                raise BackendError(f"squeue failed: {result.message}")
-            # One purged id makes squeue refuse the whole list: ask for everything and filter.
-            result = self.transport.run_shell(f"squeue -h -r -t all -o {shlex.quote(fmt)}")
-            if not result.ok:
-                raise BackendError(f"squeue failed: {result.message}")
-        wanted = set(ids)
-        statuses: dict[str, JobStatus] = {}
-        for line in result.stdout.splitlines():
-            parts = line.strip().split("|")
-            if len(parts) < 3 or parts[0] not in wanted:
-                continue
-            job_id, raw_state, reason = parts[0], parts[1].split()[0], parts[2]
-            state = _STATES.get(raw_state, State.RUNNING)
-            statuses[job_id] = JobStatus(job_id, state, "" if reason in {"None", "(null)"} else reason)
-        return statuses
+        # `-r` lists an array's waiting elements one by one ("123_4", not "123_[4-10]"). One purged id makes
+        # squeue refuse the whole list ("Invalid job id"): then it asks for everything, in the same round trip.
+        fmt = shlex.quote(_SQUEUE_FORMAT)
+        return f"squeue -h -r -t all -j {','.join(scheduler_ids)} -o {fmt} || squeue -h -r -t all -o {fmt}"
 
-    def final_records(self, scheduler_ids: Sequence[str]) -> dict[str, JobRecord]:
-        ids = _check_ids(scheduler_ids)
-        if not ids:
-            return {}
-        jobcomp = self.settings.get("accounting") == "jobcomp"
-        fields = JOBCOMP_FIELDS if jobcomp else SACCT_FIELDS
-        command = f"SLURM_TIME_FORMAT=%s sacct {'-c' if jobcomp else '-X'} -n -P -j {','.join(ids)} -o {fields}"
-        result = self.transport.run_shell(command)
-        if not result.ok:
-            raise BackendError(f"sacct failed: {result.message}")
-        return parse_sacct(result.stdout, set(ids), fields)
+    def parse_statuses(self, result: CommandResult, scheduler_ids: Sequence[str]) -> dict[str, JobStatus]:
+        return parse_squeue(self.checked(result, "squeue"), set(scheduler_ids))
+
+    @property
+    def _jobcomp(self) -> bool:
+        return self.settings.get("accounting") == "jobcomp"
+
+    def records_command(self, scheduler_ids: Sequence[str]) -> str:
+        fields = JOBCOMP_FIELDS if self._jobcomp else SACCT_FIELDS
+        return f"SLURM_TIME_FORMAT=%s sacct {'-c' if self._jobcomp else '-X'} -n -P -j {','.join(scheduler_ids)} -o {fields}"
+
+    def parse_records(self, result: CommandResult, scheduler_ids: Sequence[str]) -> dict[str, JobRecord]:
+        fields = JOBCOMP_FIELDS if self._jobcomp else SACCT_FIELDS
+        return parse_sacct(self.checked(result, "sacct"), set(scheduler_ids), fields)
+
+
+_SQUEUE_FORMAT = "%i|%T|%r"
+
+
+def parse_squeue(text: str, wanted: set[str]) -> dict[str, JobStatus]:
+    """`squeue -o '%i|%T|%r'` lines of the wanted jobs."""
+    statuses: dict[str, JobStatus] = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) < 3 or parts[0] not in wanted:
+            continue
+        job_id, raw_state, reason = parts[0], parts[1].split()[0], parts[2]
+        state = _STATES.get(raw_state, State.RUNNING)
+        statuses[job_id] = JobStatus(job_id, state, "" if reason in {"None", "(null)"} else reason)
+    return statuses
 
 
 def parse_sacct(text: str, wanted: set[str], field_list: str = SACCT_FIELDS) -> dict[str, JobRecord]:

@@ -7,6 +7,7 @@ the variable, not surface later as a confusing default.
 from __future__ import annotations
 
 import os
+from urllib.parse import urlsplit
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -47,3 +48,24 @@ def env_list(name: str, default: list[str] | None = None) -> list[str]:
     if raw is None:
         return list(default or [])
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_url(name: str, default: str = "") -> str:
+    """An http(s) URL as written (callers strip a trailing slash where they join paths), or "" when unset."""
+    raw = os.environ.get(name)
+    value = (default if raw is None else raw).strip()
+    if not value:
+        return ""
+    parts = urlsplit(value)
+    if parts.scheme not in {"http", "https"} or not parts.netloc or parts.query or parts.fragment:
+        raise EnvError(f"{name}={value!r} is not an http:// or https:// URL (scheme, host and optional path only)")
+    return value
+
+
+def env_choices(name: str, allowed: set[str], default: list[str] | None = None) -> list[str]:
+    """A comma-separated list whose every item must be one of `allowed` (a typo stops start-up, naming it)."""
+    values = env_list(name, default)
+    unknown = [v for v in values if v not in allowed]
+    if unknown:
+        raise EnvError(f"{name}: unknown value(s) {', '.join(map(repr, unknown))}; use any of {', '.join(sorted(allowed))}")
+    return values

@@ -14,7 +14,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.env import env_bool, env_int, env_list, env_str
+from portal.env import env_bool, env_choices, env_int, env_list, env_str, env_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("KAKEHASHI_VAR_DIR", str(BASE_DIR / "var")))
@@ -29,9 +29,11 @@ if not PRODUCTION:
 
 _DEV_SECRET = "dev-only-insecure-secret-key-change-me"
 SECRET_KEY = env_str("SECRET_KEY", _DEV_SECRET)
-if PRODUCTION and (SECRET_KEY == _DEV_SECRET or len(SECRET_KEY) < 32):
+# 50 characters: what `manage.py check --deploy` asks for.
+if PRODUCTION and (SECRET_KEY == _DEV_SECRET or len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5):
     raise ImproperlyConfigured(
-        "SECRET_KEY must be set to a random value of at least 32 characters in the production profile"
+        "SECRET_KEY must be set to a random value of at least 50 characters in the production profile "
+        "(generate one with: python -c 'import secrets; print(secrets.token_urlsafe(50))')"
     )
 
 # Fernet keys that encrypt secrets at rest (SSH private keys, cloud credentials). Comma-separated: the first
@@ -50,11 +52,22 @@ DEBUG = env_bool("DEBUG", not PRODUCTION)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", [] if PRODUCTION else ["127.0.0.1", "localhost", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
 if PRODUCTION:
+    # Production sits behind a TLS-terminating proxy that sets X-Forwarded-Proto (README "Production checklist").
+    # Plain-HTTP requests are redirected, and browsers are told to use HTTPS only (HSTS) from then on.
     SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", True)
     CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", True)
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    # Health checks come from inside the deployment (load balancer, compose) over plain HTTP.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 365 * 24 * 3600)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+    # Only matters once the domain is submitted to the browsers' preload list, which is the site's choice.
+    SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
     SECURE_CONTENT_TYPE_NOSNIFF = True
     X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True
+SECURE_REFERRER_POLICY = "same-origin"
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -66,6 +79,11 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "allauth",
     "allauth.account",
+    "allauth.mfa",
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.openid_connect",
+    "allauth.socialaccount.providers.saml",
+    "csp",
     "django_htmx",
     "rest_framework",
     "drf_spectacular",
@@ -79,6 +97,7 @@ INSTALLED_APPS = [
     "portal.jobs",
     "portal.api",
     "portal.storage",
+    "portal.hub",
 ]
 
 MIDDLEWARE = [
@@ -91,7 +110,10 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "allauth.account.middleware.AccountMiddleware",
+    "portal.audit.middleware.RequestOrigin",
+    "portal.accounts.mfa.RequireMFA",
     "django_htmx.middleware.HtmxMiddleware",
+    "portal.csp.CSPMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -151,6 +173,35 @@ ACCOUNT_EMAIL_VERIFICATION = env_str("ACCOUNT_EMAIL_VERIFICATION", "none")
 ACCOUNT_ADAPTER = "portal.accounts.adapter.AccountAdapter"
 LOGIN_REDIRECT_URL = "/"
 LOGIN_URL = "/accounts/login/"
+# Login throttling (allauth's rate limits, kept in the cache, which is Redis in production): failed sign-ins
+# per address and per account, and the other endpoints an attacker would hammer. Format: "N/period/key".
+ACCOUNT_RATE_LIMITS = {
+    "login_failed": env_str("KAKEHASHI_LOGIN_FAILED_RATE", "10/m/ip,5/5m/key"),
+    "login": env_str("KAKEHASHI_LOGIN_RATE", "30/m/ip"),
+    "signup": "20/m/ip",
+    "reset_password": "20/m/ip,5/m/key",
+    "reset_password_from_key": "20/m/ip",
+}
+
+# Multi-factor authentication (allauth.mfa): TOTP apps, recovery codes and WebAuthn security keys/passkeys.
+MFA_SUPPORTED_TYPES = ["totp", "recovery_codes", "webauthn"]
+MFA_PASSKEY_LOGIN_ENABLED = True
+MFA_TOTP_ISSUER = env_str("KAKEHASHI_MFA_ISSUER", "Kakehashi")
+MFA_TOTP_TOLERANCE = 1  # one 30-second step either side: phones' clocks drift
+# WebAuthn needs a secure origin; plain http is accepted only off production (http://localhost in development).
+MFA_WEBAUTHN_ALLOW_INSECURE_ORIGIN = not PRODUCTION
+# Who must have a second factor before using the portal: "staff" (site admins), "project-admins" (owners and
+# admins of any project). Such a user without one is sent to set it up before anything else.
+KAKEHASHI_MFA_REQUIRED_FOR = env_choices("KAKEHASHI_MFA_REQUIRED_FOR", {"staff", "project-admins"})
+
+# Single sign-on (allauth.socialaccount): OpenID Connect and SAML identity providers are configured by site
+# admins as Identity providers (portal.accounts.models.IdentityProvider), with their account-linking rules
+# (portal.accounts.sso); the JupyterHub sign-in (portal.hub) adds the hub on top of them.
+SOCIALACCOUNT_ADAPTER = "portal.hub.adapter.HubSocialAccountAdapter"
+SOCIALACCOUNT_AUTO_SIGNUP = True
+SOCIALACCOUNT_EMAIL_AUTHENTICATION = False  # linking by email is each provider's rule (link_verified_email)
+SOCIALACCOUNT_EMAIL_AUTHENTICATION_AUTO_CONNECT = True  # …and a linked identity stays linked
+SOCIALACCOUNT_STORE_TOKENS = False  # the portal signs people in; it never calls the provider's APIs later
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = env_str("TIME_ZONE", "UTC")
@@ -160,8 +211,50 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
+# Shared storage. With KAKEHASHI_S3_BUCKET set, project files live in that S3 bucket (one per site, keys
+# projects/<slug>/...): Django's Storage API through django-storages, multipart uploads and presigned URLs
+# through portal/storage/objectstore.py. Without it (`make run`), the file system under MEDIA_ROOT.
+KAKEHASHI_S3_BUCKET = env_str("KAKEHASHI_S3_BUCKET")
+KAKEHASHI_S3_ENDPOINT_URL = env_url("KAKEHASHI_S3_ENDPOINT_URL").rstrip("/")  # empty: AWS's own endpoint for the region
+# The address browsers and the CLI reach the store at, when it differs from the portal's (docker-compose).
+KAKEHASHI_S3_PUBLIC_URL = env_url("KAKEHASHI_S3_PUBLIC_URL", KAKEHASHI_S3_ENDPOINT_URL).rstrip("/")
+KAKEHASHI_S3_REGION = env_str("KAKEHASHI_S3_REGION", "us-east-1")
+# Empty: boto3's own chain (instance role, AWS_* variables). Never logged; Django's error pages hide them.
+KAKEHASHI_S3_ACCESS_KEY_ID = env_str("KAKEHASHI_S3_ACCESS_KEY_ID")
+KAKEHASHI_S3_SECRET_ACCESS_KEY = env_str("KAKEHASHI_S3_SECRET_ACCESS_KEY")
+if bool(KAKEHASHI_S3_ACCESS_KEY_ID) != bool(KAKEHASHI_S3_SECRET_ACCESS_KEY):
+    raise ImproperlyConfigured("set both KAKEHASHI_S3_ACCESS_KEY_ID and KAKEHASHI_S3_SECRET_ACCESS_KEY, or neither")
+if (KAKEHASHI_S3_ENDPOINT_URL or KAKEHASHI_S3_ACCESS_KEY_ID) and not KAKEHASHI_S3_BUCKET:
+    raise ImproperlyConfigured("KAKEHASHI_S3_ENDPOINT_URL or credentials are set but KAKEHASHI_S3_BUCKET is not")
+# Upload parts (bytes; S3 allows 5 MiB to 5 GiB and 10,000 parts, so large files get larger parts) and how long
+# presigned URLs live; open uploads untouched this long are aborted by the beat task.
+KAKEHASHI_UPLOAD_PART_BYTES = env_int("KAKEHASHI_UPLOAD_PART_BYTES", 64 * 1024 * 1024)
+KAKEHASHI_UPLOAD_URL_SECONDS = env_int("KAKEHASHI_UPLOAD_URL_SECONDS", 3600)
+KAKEHASHI_DOWNLOAD_URL_SECONDS = env_int("KAKEHASHI_DOWNLOAD_URL_SECONDS", 600)
+KAKEHASHI_UPLOAD_ABANDON_HOURS = env_int("KAKEHASHI_UPLOAD_ABANDON_HOURS", 24)
+KAKEHASHI_UPLOAD_SWEEP_INTERVAL = env_int("KAKEHASHI_UPLOAD_SWEEP_INTERVAL", 3600)
+# A project's storage quota when its admins set none (bytes; 0 = no limit).
+KAKEHASHI_STORAGE_QUOTA_BYTES = env_int("KAKEHASHI_STORAGE_QUOTA_BYTES", 1024**4)
+
+if KAKEHASHI_S3_BUCKET:
+    _default_storage = {
+        "BACKEND": "storages.backends.s3.S3Storage",
+        "OPTIONS": {
+            "bucket_name": KAKEHASHI_S3_BUCKET,
+            "endpoint_url": KAKEHASHI_S3_ENDPOINT_URL or None,
+            "region_name": KAKEHASHI_S3_REGION,
+            "access_key": KAKEHASHI_S3_ACCESS_KEY_ID or None,
+            "secret_key": KAKEHASHI_S3_SECRET_ACCESS_KEY or None,
+            "signature_version": "s3v4",
+            "addressing_style": "path",
+            "file_overwrite": False,  # save() picks a free key, as FileSystemStorage does
+            "default_acl": None,
+        },
+    }
+else:
+    _default_storage = {"BACKEND": "django.core.files.storage.FileSystemStorage"}
 STORAGES = {
-    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "default": _default_storage,
     "staticfiles": {
         "BACKEND": (
             "whitenoise.storage.CompressedManifestStaticFilesStorage"
@@ -210,6 +303,10 @@ KAKEHASHI_LOST_AFTER_SECONDS = env_int("KAKEHASHI_LOST_AFTER_SECONDS", 120)
 # A job the queue says has ended but accounting does not know yet (slurmdbd commits a few seconds late) waits
 # this long for accounting's exit code and times before the queue's word alone ends it.
 KAKEHASHI_ACCOUNTING_GRACE_SECONDS = env_int("KAKEHASHI_ACCOUNTING_GRACE_SECONDS", 15)
+# The cloud reconciler: how often it compares what AWS runs in the portal's queues with the portal, and how long a
+# job running past its walltime is left alone (Batch's own timeout kills it within 30 s) before it is stopped.
+KAKEHASHI_CLOUD_RECONCILE_INTERVAL = env_int("KAKEHASHI_CLOUD_RECONCILE_INTERVAL", 60)
+KAKEHASHI_CLOUD_GRACE_SECONDS = env_int("KAKEHASHI_CLOUD_GRACE_SECONDS", 300)
 # Where the built-in local backend keeps per-job working directories.
 KAKEHASHI_LOCAL_JOBS_DIR = env_str("KAKEHASHI_LOCAL_JOBS_DIR", str(VAR_DIR / "jobs"))
 # Bytes of a finished job's outputs/ copied into the portal's storage (the rest stays on the cluster, listed).
@@ -225,12 +322,30 @@ KAKEHASHI_REPORTING_UNIT = env_str("KAKEHASHI_REPORTING_UNIT", "JPY")
 
 # API requests allowed per token (per user for browser sessions, per address without either), e.g. "600/min".
 KAKEHASHI_API_RATE = env_str("KAKEHASHI_API_RATE", "600/min")
-# Largest file one upload may bring into a project's shared storage (bytes).
+# Largest file one upload through the portal itself may bring in (bytes): the file-system storage of `make run`.
+# With an object store, uploads go straight to it and only the project's quota limits them.
 KAKEHASHI_MAX_UPLOAD_BYTES = env_int("KAKEHASHI_MAX_UPLOAD_BYTES", 1024 * 1024 * 1024)
+
+# JupyterHub (portal/hub; README "JupyterHub"): off unless KAKEHASHI_HUB_URL is set. The portal is a hub service:
+# hub users sign in through the hub's OAuth, and Lab servers call the API with their hub token.
+KAKEHASHI_HUB_URL = env_url("KAKEHASHI_HUB_URL").rstrip("/")  # the hub as browsers see it
+KAKEHASHI_HUB_API_URL = env_url("KAKEHASHI_HUB_API_URL", f"{KAKEHASHI_HUB_URL}/hub/api" if KAKEHASHI_HUB_URL else "")
+KAKEHASHI_HUB_SERVICE_NAME = env_str("KAKEHASHI_HUB_SERVICE_NAME", "kakehashi")
+KAKEHASHI_HUB_API_TOKEN = env_str("KAKEHASHI_HUB_API_TOKEN")  # the service's api_token in jupyterhub_config.py
+KAKEHASHI_HUB_CLIENT_ID = env_str("KAKEHASHI_HUB_CLIENT_ID", f"service-{KAKEHASHI_HUB_SERVICE_NAME}")
+KAKEHASHI_HUB_CLIENT_SECRET = env_str("KAKEHASHI_HUB_CLIENT_SECRET", KAKEHASHI_HUB_API_TOKEN)
+KAKEHASHI_HUB_CALLBACK_URL = env_url("KAKEHASHI_HUB_CALLBACK_URL")  # https://PORTAL/accounts/jupyterhub/login/callback/
+KAKEHASHI_HUB_TOKEN_CACHE_SECONDS = env_int("KAKEHASHI_HUB_TOKEN_CACHE_SECONDS", 60)
+if KAKEHASHI_HUB_URL and not (KAKEHASHI_HUB_CLIENT_SECRET and KAKEHASHI_HUB_CALLBACK_URL):
+    raise ImproperlyConfigured(
+        "KAKEHASHI_HUB_URL is set: also set KAKEHASHI_HUB_API_TOKEN (the service's token on the hub) and "
+        "KAKEHASHI_HUB_CALLBACK_URL (this portal's https://…/accounts/jupyterhub/login/callback/)"
+    )
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "portal.api.authentication.TokenAuthentication",
+        "portal.hub.authentication.HubTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -241,6 +356,13 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
 }
+def _job_states_in_the_api() -> list[tuple[str, str]]:
+    """A job's state as the API reports it (portal.api.serializers): JobState's, and "draft" for a dry run."""
+    from portal.jobs.models import JobState
+
+    return [("draft", "Draft (dry run)"), *JobState.choices]
+
+
 SPECTACULAR_SETTINGS = {
     "TITLE": "Kakehashi API",
     "DESCRIPTION": "Run jobs on HPC clusters and the cloud inside project budgets.",
@@ -250,6 +372,36 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Two choice sets share the field name "state": each gets its own name (and `check --deploy` stays clean).
+    "ENUM_NAME_OVERRIDES": {
+        "JobStateEnum": lambda: _job_states_in_the_api(),
+        "UploadStateEnum": ["open", "completed", "aborted"],
+    },
+}
+
+# Content-Security-Policy on every response (django-csp): scripts and styles only from our own static files,
+# no inline script or event handler anywhere (README "Content-Security-Policy"). Inline style attributes are
+# allowed (progress bars' widths); they cannot run code. Sign-in forms may also post to the configured identity
+# providers (added per response by portal.csp.CSPMiddleware, as is the object store for direct uploads).
+_SELF, _NONE = "'self'", "'none'"
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [_SELF],
+        # 'wasm-unsafe-eval' lets the Data page compile hash-wasm's WebAssembly (each part's SHA-256 before it is
+        # sent); it allows no JavaScript eval.
+        "script-src": [_SELF, "'wasm-unsafe-eval'"],
+        "style-src": [_SELF],
+        "style-src-attr": ["'unsafe-inline'"],
+        "img-src": [_SELF, "data:"],
+        "font-src": [_SELF],
+        # Browsers upload straight to the object store: its public origin is added per response (portal.csp).
+        "connect-src": [_SELF, *env_list("KAKEHASHI_CSP_CONNECT_SRC")],
+        "object-src": [_NONE],
+        "base-uri": [_SELF],
+        "frame-ancestors": [_NONE],
+        "form-action": [_SELF],
+        **({"report-uri": env_str("KAKEHASHI_CSP_REPORT_URI")} if env_str("KAKEHASHI_CSP_REPORT_URI") else {}),
+    },
 }
 
 LOGGING = {

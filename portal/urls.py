@@ -2,23 +2,26 @@ from django.contrib import admin
 from django.urls import include, path
 
 from portal.accounts import views as account_views
+from portal.audit import views as audit_views
 from portal.budgets import views as budget_views
-from portal.catalog import views as catalog_views
 from portal.clusters import views as cluster_views
 from portal.jobs import views as job_views
+from portal.overview import views as overview
 from portal.projects import views as project_views
+from portal.usage import views as usage_views
 
 urlpatterns = [
-    path("", project_views.dashboard, name="dashboard"),
+    path("", overview.dashboard, name="dashboard"),
     path("healthz", account_views.healthz, name="healthz"),
-    path("projects/", project_views.project_list, name="project-list"),
-    path("projects/<slug:slug>/", project_views.project_detail, name="project-detail"),
+    path("projects/", overview.project_list, name="project-list"),
+    path("projects/<slug:slug>/", overview.project_detail, name="project-detail"),
     path("projects/<slug:slug>/members/", project_views.members, name="project-members"),
-    path("projects/<slug:slug>/budget-bar/", project_views.budget_bar, name="project-budget-bar"),
+    path("projects/<slug:slug>/budget-bar/", overview.budget_bar, name="project-budget-bar"),
     path("projects/<slug:slug>/budget/", budget_views.budget, name="project-budget"),
-    path("projects/<slug:slug>/usage/", budget_views.project_usage, name="project-usage"),
-    path("usage/", budget_views.site_usage, name="site-usage"),
-    path("site/", catalog_views.site_admin, name="site-admin"),
+    path("projects/<slug:slug>/usage/", usage_views.project_usage, name="project-usage"),
+    path("usage/", usage_views.site_usage, name="site-usage"),
+    path("site/", overview.site_admin, name="site-admin"),
+    path("site/audit/", audit_views.audit_log, name="site-audit"),
     path("jobs/", job_views.job_list, name="job-list"),
     path("jobs/new/", job_views.job_new, name="job-new"),
     path("jobs/preview/", job_views.job_preview, name="job-preview"),
@@ -37,6 +40,7 @@ urlpatterns = [
     path("data/", include("portal.storage.urls")),
     path("settings/", include("portal.api.page_urls")),
     path("api/", include("portal.api.urls")),
-    path("accounts/", include("allauth.urls")),
+    path("accounts/", include("allauth.urls")),  # with the hub's OAuth sign-in (portal/hub/urls.py)
+    path("", include("portal.hub.page_urls")),
     path("admin/", admin.site.urls),
 ]

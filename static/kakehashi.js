@@ -74,3 +74,21 @@ document.addEventListener("htmx:beforeSwap", (event) => {
     event.detail.isError = false;
   }
 });
+
+// The Content-Security-Policy allows no inline script or event handler: these data attributes stand in for them.
+// <select data-autosubmit> submits its form when changed; <form data-confirm="…"> asks before it is sent;
+// <input data-select-on-focus> selects its whole value (a secret shown once, to copy).
+document.addEventListener("change", (event) => {
+  const field = event.target.closest && event.target.closest("[data-autosubmit]");
+  if (field && field.form) field.form.submit();
+});
+document.addEventListener("submit", (event) => {
+  const message = event.target.dataset && event.target.dataset.confirm;
+  if (message && !window.confirm(message)) {
+    event.preventDefault();
+    event.stopImmediatePropagation();
+  }
+}, true);
+document.addEventListener("focusin", (event) => {
+  if (event.target.matches && event.target.matches("[data-select-on-focus]")) event.target.select();
+});

@@ -59,6 +59,102 @@ def transport_for(known_hosts, user_key):
 
 
 
+@pytest.fixture(scope="session", autouse=True)
+def object_store(tmp_path_factory):
+    """The suite's S3 server (SeaweedFS) with this run's bucket, as tests/settings.py configured it."""
+    from tests.seaweedfs import SeaweedFS
+
+    server = SeaweedFS(tmp_path_factory.mktemp("seaweedfs"), int(os.environ["KAKEHASHI_TEST_S3_PORT"]),
+                       settings.KAKEHASHI_S3_ACCESS_KEY_ID, settings.KAKEHASHI_S3_SECRET_ACCESS_KEY).start()
+    server.create_bucket(settings.KAKEHASHI_S3_BUCKET)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def filesystem_storage(settings, tmp_path) -> Path:
+    """No object store: files go through the portal onto its disk (tmp_path/media), as with `make run`."""
+    settings.MEDIA_ROOT = str(tmp_path / "media")
+    settings.KAKEHASHI_S3_BUCKET = ""
+    settings.STORAGES = {**settings.STORAGES, "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"}}
+    return tmp_path / "media"
+
+
+@pytest.fixture(scope="session")
+def moto_aws():
+    """AWS's APIs (Batch, EC2, IAM, CloudWatch Logs, STS, Pricing's absence) on a moto server of this run."""
+    from tests.moto_aws import MotoAWS
+
+    aws = MotoAWS.start()
+    yield aws
+    aws.stop()
+
+
+@pytest.fixture(scope="session")
+def cloud_bucket(object_store):
+    """The suite's S3 server with a bucket of its own for cloud jobs' directories: (server, bucket)."""
+    bucket = f"kakehashi-cloud-jobs-{os.environ['KAKEHASHI_TEST_RUN']}"
+    object_store.create_bucket(bucket)
+    return object_store, bucket
+
+
+@pytest.fixture
+def aws_settings(moto_aws, cloud_bucket) -> dict:
+    """An AWS Batch cluster's options: moto for AWS's APIs, SeaweedFS for the job files, a fresh network."""
+    from backends.aws_batch import _client
+
+    store, bucket = cloud_bucket
+    moto_aws.reset()
+    _client.cache_clear()  # no event hook or Stubber of an earlier test on the clients this one gets
+    return {"region": moto_aws.region, "endpoint_url": moto_aws.endpoint, "s3_endpoint_url": store.endpoint,
+            "bucket": bucket, "cluster": "aws", **moto_aws.network()}
+
+
+@pytest.fixture
+def aws_site(local_site, aws_settings, cloud_bucket):
+    """local_site plus an AWS Batch cluster "aws" (moto + SeaweedFS) set up with cloud_setup: 8×A100 p4d on
+    demand and a Spot g5 priced from the price table, the NGC PyTorch image as software, project "vision"
+    allocated there, and its budget in yen (1 USD = 150 JPY, 1 point = 10 JPY)."""
+    from portal.budgets.models import UnitConversion
+    from portal.catalog.models import CloudPrice, HardwareType, Software
+    from portal.catalog.prices import apply_prices
+    from portal.clusters.cloud import set_up
+    from portal.clusters.models import Allocation, CloudCredential, Cluster
+
+    store, _ = cloud_bucket
+    budget = local_site.budget
+    budget.unit, budget.amount = "JPY", Decimal("20000")
+    budget.save()
+    UnitConversion.objects.create(from_unit="USD", to_unit="JPY", factor=Decimal("150"))
+    UnitConversion.objects.create(from_unit="points", to_unit="JPY", factor=Decimal("10"))
+    cluster = Cluster.objects.create(slug="aws", name="AWS Tokyo", kind="aws-batch", options=aws_settings,
+                                     work_root="kakehashi-jobs")
+    credential = CloudCredential(cluster=cluster, access_key_id=store.access_key)
+    credential.set_secret(store.secret_key)
+    credential.save()
+    p4d = HardwareType.objects.create(
+        cluster=cluster, slug="aws-p4d", name="AWS p4d.24xlarge (8×A100)", gpu_model="a100", gpus_per_node=8,
+        cpus_per_node=96, memory_gb=1000, max_nodes=2, max_walltime_hours=24,
+        scheduler_mapping={"instance_type": "p4d.24xlarge", "market": "on-demand"})
+    g5 = HardwareType.objects.create(
+        cluster=cluster, slug="aws-g5-spot", name="AWS g5.xlarge Spot (1×A10G)", gpu_model="a10g", gpus_per_node=1,
+        cpus_per_node=4, memory_gb=14, max_nodes=1, scheduler_mapping={"instance_type": "g5.xlarge", "market": "spot"})
+    CloudPrice.objects.create(region=aws_settings["region"], instance_type="p4d.24xlarge", price_per_hour=Decimal("32.7726"))
+    CloudPrice.objects.create(region=aws_settings["region"], instance_type="g5.xlarge", market="spot",
+                              price_per_hour=Decimal("0.4510"))
+    apply_prices()
+    p4d.refresh_from_db()
+    g5.refresh_from_db()
+    software = Software.objects.create(slug="pytorch", name="PyTorch (NGC 24.05)", kind="container",
+                                       image="docker://nvcr.io/nvidia/pytorch:24.05-py3")
+    software.clusters.add(cluster, local_site.cluster)
+    Allocation.objects.create(project=local_site.project, cluster=cluster)
+    set_up(cluster)
+    local_site.aws, local_site.p4d, local_site.g5, local_site.pytorch = cluster, p4d, g5, software
+    local_site.store = store
+    return local_site
+
+
 @pytest.fixture(scope="session")
 def worker_log_path() -> Path:
     path = Path(settings.VAR_DIR) / "worker.log"
@@ -131,6 +227,22 @@ def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2, message: s
     raise AssertionError(f"timed out after {timeout} s waiting for {message}")
 
 
+def ended_job(job_id: int):
+    """The job once it has ended (for wait_for), else None."""
+    from portal.jobs.models import Job
+
+    job = Job.objects.get(pk=job_id)
+    return job if job.is_final else None
+
+
+def job_output(job, stream: str) -> str:
+    """The job's stdout or stderr as the portal stored it, once it is complete."""
+    from portal.jobs.models import JobOutput
+
+    out = wait_for(lambda: JobOutput.objects.filter(job=job, stream=stream, complete=True).first(), message=stream)
+    return bytes(out.data).decode()
+
+
 # ------------------------------------------------------------------------------------------------ builders
 
 
@@ -180,8 +292,8 @@ def local_site(make_user, tmp_path, settings):
 @pytest.fixture(scope="session")
 def cluster_keys(request):
     """One key pair per researcher for the whole run, installed once on the test cluster's login nodes."""
+    from portal.accounts.loopback import install_public_key
     from portal.clusters.actions import generate_key_pair
-    from portal.clusters.loopback import install_public_key
 
     request.getfixturevalue("test_cluster")
     keys = {}
@@ -196,7 +308,7 @@ def cluster_keys(request):
 def hpc_site(local_site, cluster_keys, test_cluster, make_user):
     """local_site plus the loopback clusters registered, allocated to project "vision" as group kkdemo, and
     alice's (and bob's) accounts linked with this run's keys."""
-    from portal.clusters.loopback import register_clusters
+    from portal.accounts.loopback import register_clusters
     from portal.clusters.models import ClusterAccount
     from portal.projects.models import Membership, Role
 

@@ -13,6 +13,16 @@ os.environ.setdefault("CACHE_KEY_PREFIX", f"kakehashi-test-{_run}")
 os.environ.setdefault("KAKEHASHI_TRACK_INTERVAL", "1")
 os.environ.setdefault("KAKEHASHI_VAR_DIR", f"/tmp/kakehashi-test-{_run}")
 os.environ.setdefault("EMAIL_BACKEND", "django.core.mail.backends.locmem.EmailBackend")
+# Shared storage is a real S3 server (SeaweedFS), started by the `object_store` session fixture on this port; the
+# Celery workers the tests start inherit these variables.
+if "KAKEHASHI_TEST_S3_PORT" not in os.environ:
+    from tests.seaweedfs import free_port
+
+    os.environ["KAKEHASHI_TEST_S3_PORT"] = str(free_port())
+os.environ.setdefault("KAKEHASHI_S3_ENDPOINT_URL", f"http://127.0.0.1:{os.environ['KAKEHASHI_TEST_S3_PORT']}")
+os.environ.setdefault("KAKEHASHI_S3_BUCKET", f"kakehashi-test-{_run}")
+os.environ.setdefault("KAKEHASHI_S3_ACCESS_KEY_ID", "kakehashi-tests")
+os.environ.setdefault("KAKEHASHI_S3_SECRET_ACCESS_KEY", f"secret-of-run-{_run}")
 
 from portal.settings import *  # noqa: E402,F403
 

@@ -10,7 +10,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
 app = Celery("kakehashi")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["portal.jobs", "portal.budgets", "portal.clusters"])
+app.autodiscover_tasks(["portal.jobs", "portal.usage", "portal.clusters", "portal.storage"])
 
 
 @app.on_after_finalize.connect
@@ -27,11 +27,19 @@ def _schedule(sender: Celery, **_: object) -> None:
             "schedule": float(settings.KAKEHASHI_RECOVER_INTERVAL),
         },
         "enforce-budgets": {
-            "task": "portal.budgets.tasks.enforce_budgets_task",
+            "task": "portal.usage.tasks.enforce_budgets_task",
             "schedule": float(settings.KAKEHASHI_BUDGET_INTERVAL),
         },
+        "reconcile-cloud": {
+            "task": "portal.usage.tasks.reconcile_cloud_task",
+            "schedule": float(settings.KAKEHASHI_CLOUD_RECONCILE_INTERVAL),
+        },
+        "abort-abandoned-uploads": {
+            "task": "portal.storage.tasks.abort_abandoned_uploads_task",
+            "schedule": float(settings.KAKEHASHI_UPLOAD_SWEEP_INTERVAL),
+        },
         "remind-forgotten-jobs": {
-            "task": "portal.budgets.tasks.remind_forgotten_jobs_task",
+            "task": "portal.usage.tasks.remind_forgotten_jobs_task",
             "schedule": 600.0,
         },
     }

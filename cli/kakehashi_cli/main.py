@@ -18,6 +18,8 @@ from typing import Any
 
 from kakehashi_cli import __version__, config
 from kakehashi_cli.client import ApiError, BadAddress, Client, ConnectionFailed
+from kakehashi_cli.upload import Uploader, UploadFailed, files_to_upload
+from kakehashi_cli.upload import size_text as _size
 
 EXIT_OK, EXIT_USAGE, EXIT_REFUSED, EXIT_CONNECTION = 0, 2, 3, 4
 FINAL_STATES = {"completed", "failed", "cancelled", "timed_out"}
@@ -347,28 +349,33 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_upload(args: argparse.Namespace) -> int:
-    if not os.path.isfile(args.path):
-        raise UsageError(f"{args.path} is not a file")
-    dest = args.dest if args.dest is not None else os.path.basename(args.path)
-    fields = {"path": dest}
-    if args.overwrite:
-        fields["overwrite"] = "true"
-    status, stored = _client(args).upload(f"{API}/projects/{args.project}/files/", args.path, fields)
+    if not os.path.exists(args.path):
+        raise UsageError(f"{args.path} does not exist")
+    files = files_to_upload(args.path, args.dest)
+    if not files:
+        raise UsageError(f"{args.path} holds no files")
+    client = _client(args)
+    uploader = Uploader(client, args.project, threads=args.parallel)
+    results = []
+    for local, dest in files:
+        try:
+            stored = uploader.upload_file(local, dest, overwrite=args.overwrite)
+            verb = "Resumed and uploaded" if uploader.resumed_parts else "Uploaded"
+        except ApiError as exc:
+            if exc.code != "no_object_store":
+                raise
+            # A portal without an object store (`make run`) takes files through itself.
+            fields = {"path": dest, **({"overwrite": "true"} if args.overwrite else {})}
+            status, stored = client.upload(f"{API}/projects/{args.project}/files/", local, fields)
+            verb = "Uploaded" if status == 201 else "Replaced"
+        except UploadFailed as exc:
+            raise Refused(f"{dest}: {exc}; run the same command again to resume") from None
+        results.append(stored)
+        if not args.json:
+            print(f"{verb} {stored['path']} ({_size(stored['size'])}, sha256 {stored['sha256'][:16]}…) in {stored['project']}.")
     if args.json:
-        _print_json(stored)
-    else:
-        verb = "Uploaded" if status == 201 else "Replaced"
-        print(f"{verb} {stored['path']} ({_size(stored['size'])}, sha256 {stored['sha256'][:16]}…) in {stored['project']}.")
+        _print_json(results[0] if len(results) == 1 and not os.path.isdir(args.path) else results)
     return EXIT_OK
-
-
-def _size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
 
 
 def cmd_budget(args: argparse.Namespace) -> int:
@@ -467,11 +474,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("id", type=int)
     p.set_defaults(func=cmd_cancel)
 
-    p = sub.add_parser("upload", parents=[common], help="upload a file to a project's shared storage")
-    p.add_argument("path", help="the local file")
-    p.add_argument("--project", required=True)
-    p.add_argument("--dest", help="path in the project (default: the file's name; ending in / = into that folder)")
-    p.add_argument("--overwrite", action="store_true", help="replace a file already at that path")
+    p = sub.add_parser("upload", parents=[common],
+                       help="upload a file or a folder to a project's shared storage (resumable: run it again)")
+    p.add_argument("path", help="the local file or folder")
+    p.add_argument("--project", default=os.environ.get("KAKEHASHI_PROJECT"), required=not os.environ.get("KAKEHASHI_PROJECT"),
+                   help="project slug ($KAKEHASHI_PROJECT)")
+    p.add_argument("--dest", help="path in the project (default: the file's or folder's name; for a file, ending "
+                                  "in / = into that folder)")
+    p.add_argument("--overwrite", action="store_true", help="replace files already at those paths")
+    p.add_argument("--parallel", type=int, default=4, help="parts sent at once (default 4)")
     p.set_defaults(func=cmd_upload)
 
     p = sub.add_parser("budget", parents=[common], help="a project's budget: spent, reserved, available")

@@ -1,7 +1,7 @@
 """Distributed data-parallel training of a small CNN on MNIST-like digits generated on the fly.
 
-Started by torchrun (one process per GPU, on every node): it reads RANK, WORLD_SIZE, LOCAL_RANK and the
-rendezvous from the environment. NCCL on GPUs, gloo on CPUs, so the same file runs on an 8×A100 node and in
+Started by torchrun (one process per GPU, on every node) or by mpirun: it reads its rank and the rendezvous
+from the environment. NCCL on GPUs, gloo on CPUs, so the same file runs on an 8×A100 node and in
 CI. No downloads: each class is a fixed random 28×28 stroke pattern plus noise, which a CNN learns quickly.
 Rank 0 prints the loss per epoch and writes metrics.json to $KAKEHASHI_OUTPUT_DIR.
 """
@@ -22,7 +22,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-from kakehashi_dist import leave_together  # staged next to this file
+from kakehashi_dist import join_process_group, leave_together  # staged next to this file
 
 
 def synthetic_digits(n: int, seed: int = 0) -> TensorDataset:
@@ -56,9 +56,7 @@ def main() -> None:
     args = parser.parse_args()
 
     use_cuda = torch.cuda.is_available()
-    dist.init_process_group("nccl" if use_cuda else "gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    rank, world, local_rank = join_process_group("nccl" if use_cuda else "gloo")
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     if use_cuda:
         torch.cuda.set_device(device)

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from kakehashi_dist import leave_together  # staged next to this file
+from kakehashi_dist import join_process_group, leave_together  # staged next to this file
 
 
 def matmul_tflops(device: torch.device, size: int, dtype: torch.dtype, repeats: int) -> float:
@@ -69,9 +69,7 @@ def nvidia_smi() -> list[str]:
 
 def main() -> None:
     use_cuda = torch.cuda.is_available()
-    dist.init_process_group("nccl" if use_cuda else "gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    rank, world, local_rank = join_process_group("nccl" if use_cuda else "gloo")
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     if use_cuda:
         torch.cuda.set_device(device)

@@ -6,12 +6,7 @@ from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 
 from portal.api import tokens
-
-
-def client_ip(request) -> str | None:
-    # REMOTE_ADDR only: X-Forwarded-For is set by whoever sends the request and proves nothing unless a proxy
-    # we trust rewrites it (configure that at the proxy, which then sets REMOTE_ADDR for gunicorn).
-    return request.META.get("REMOTE_ADDR") or None
+from portal.audit.actions import client_ip
 
 
 class TokenAuthentication(BaseAuthentication):

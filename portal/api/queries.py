@@ -9,7 +9,6 @@ from __future__ import annotations
 from django.db.models import OuterRef, Q, QuerySet, Subquery
 
 from portal.api.errors import NotFound
-from portal.budgets.models import Budget
 from portal.catalog import queries as catalog
 from portal.catalog.models import HardwareType, Software
 from portal.clusters.models import Allocation, Cluster
@@ -96,7 +95,3 @@ def file_or_404(user, project: Project, pk: int) -> StoredFile:
     if stored is None:
         raise NotFound(f"file {pk} not found in project {project.slug}")
     return stored
-
-
-def budget_of(project: Project) -> Budget | None:
-    return Budget.objects.filter(project=project).first()

@@ -14,18 +14,27 @@ do here; the `kakehashi` command-line tool (`pip install ./cli`) is a thin clien
 **Authentication.** Send `Authorization: Bearer kh_…` with a personal API token (create one under
 Settings → API tokens, or `python manage.py issue_token USER`). A token has scopes: `read` for every GET,
 `submit` for submitting and cancelling jobs and uploading files, `admin` for everything. Your role in each
-project (owner, admin, member, viewer) still applies: viewers can read but never submit.
+project (owner, admin, member, viewer) still applies: viewers can read but never submit. From JupyterLab on the
+portal's JupyterHub, `Authorization: token <hub token>` works too: the hub says whose token it is, and it may read
+and submit as that person's Kakehashi account.
 
 **Errors** are JSON `{"detail": "...", "code": "...", "field": "..."}`: 400 invalid input (`field` names it),
 401 missing, unknown, expired or revoked token, 403 the token's scope or your role does not allow it,
 404 not found — also for anything in a project you are not a member of, so other projects' jobs and files
-are never revealed — 409 conflict (a job that already ended, a file that exists), 413 file too large,
+are never revealed — 409 conflict (a job that already ended, a file that exists, an upload already completed), 413 file too large
+or storage quota exceeded, 503 the object store could not be reached,
 429 too many requests (see `Retry-After`).
 
 **402 Payment Required** means the request is valid and allowed but the project's strict budget cannot cover
 the job's estimated cost (`code: budget_exceeded`); the message says how much is left. It is kept apart from
 400 and 403 so that scripts can tell "fix the request" and "you may not" from "ask for more budget or a
 smaller job". A dry run (`"dry_run": true`) shows the estimate and whether it fits without reserving anything.
+
+**Files** go straight to the site's object store, never through the portal: `POST
+/api/v1/projects/{slug}/uploads/` with path and size, then per part a presigned PUT bound to the part's SHA-256
+(`parts/`), then `complete/` with the whole file's SHA-256 (`kakehashi upload` does all of it, resumably). The
+project's storage quota is checked at both ends (413 `quota_exceeded` says how much is left). Downloads answer
+with a redirect to a short-lived presigned GET (Range works).
 
 **Idempotency.** Send an `Idempotency-Key` header with `POST /api/v1/jobs/`: repeating the request with the
 same key returns the first job (status 200) instead of submitting it again.

@@ -9,8 +9,9 @@ from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from portal.budgets.actions import Money
+from portal.jobs.actions import format_walltime
 from portal.jobs.models import Job, JobState
-from portal.jobs.validation import format_walltime
 from portal.projects.models import Role
 
 # ------------------------------------------------------------------------------------------------- common
@@ -27,10 +28,43 @@ class MoneySerializer(serializers.Serializer):
     unit = serializers.CharField()
 
 
-def money(value) -> dict[str, Any] | None:
+def money(value: Money | None) -> dict[str, Any] | None:
+    """The API's one spelling of an amount of money: four decimals as text, with its unit."""
     if value is None:
         return None
     return {"amount": f"{value.amount:.4f}", "unit": value.unit}
+
+
+@extend_schema_field(MoneySerializer(allow_null=True))
+class MoneyField(serializers.Field):
+    """A `Money` attribute, spelled by `money`."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(read_only=True, **kwargs)
+
+    def to_representation(self, value: Money) -> dict[str, Any] | None:
+        return money(value)
+
+
+class AmountField(serializers.DecimalField):
+    """An amount without its unit (which the answer gives once), spelled as `money` spells it."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_digits=20, decimal_places=4, **kwargs)
+
+
+class WalltimeField(serializers.CharField):
+    """Seconds shown as HH:MM:SS."""
+
+    def to_representation(self, value: int) -> str:
+        return format_walltime(value)
+
+
+def absolute_url(context: dict, viewname: str, *args: Any) -> str:
+    """A link to `viewname`, absolute when the answer is for a request (the CLI follows it as it is)."""
+    path = reverse(viewname, args=args)
+    request = context.get("request")
+    return request.build_absolute_uri(path) if request is not None else path
 
 
 # ----------------------------------------------------------------------------------------------- catalog
@@ -44,9 +78,11 @@ class TokenInfoSerializer(serializers.Serializer):
 
 
 class MeSerializer(serializers.Serializer):
-    username = serializers.CharField()
-    email = serializers.CharField(allow_blank=True)
-    is_staff = serializers.BooleanField()
+    """Who the caller is: {"user": the user, "token": the ApiToken of this request or None}."""
+
+    username = serializers.CharField(source="user.get_username")
+    email = serializers.CharField(source="user.email", allow_blank=True)
+    is_staff = serializers.BooleanField(source="user.is_staff")
     token = TokenInfoSerializer(allow_null=True, help_text="the token used for this request (null for a session)")
 
 
@@ -54,18 +90,13 @@ class ProjectSerializer(serializers.Serializer):
     slug = serializers.SlugField()
     name = serializers.CharField()
     description = serializers.CharField(allow_blank=True)
-    role = serializers.ChoiceField(choices=Role.choices, help_text="your role in the project")
+    role = serializers.SerializerMethodField(help_text="your role in the project")
     max_walltime_hours = serializers.IntegerField(allow_null=True)
 
-    def to_representation(self, instance):
-        role = getattr(instance, "my_role", None) or (Role.OWNER if self.context["request"].user.is_staff else None)
-        return {
-            "slug": instance.slug,
-            "name": instance.name,
-            "description": instance.description,
-            "role": role,
-            "max_walltime_hours": instance.max_walltime_hours,
-        }
+    @extend_schema_field(serializers.ChoiceField(choices=Role.choices))
+    def get_role(self, project) -> str | None:
+        # Site staff see every project, as its owners (like access.role_of).
+        return getattr(project, "my_role", None) or (Role.OWNER if self.context["request"].user.is_staff else None)
 
 
 class ClusterSerializer(serializers.Serializer):
@@ -95,7 +126,7 @@ class HardwareSerializer(serializers.Serializer):
     )
 
     @extend_schema_field(MoneySerializer(allow_null=True))
-    def get_price_per_node_hour(self, hardware) -> dict | None:
+    def get_price_per_node_hour(self, hardware) -> dict[str, Any] | None:
         prices = self.context.get("prices")
         if prices is None:
             return None
@@ -158,24 +189,33 @@ class JobSubmitSerializer(serializers.Serializer):
                                        help_text="render the script and estimate the cost; record and reserve nothing")
 
 
+class ArtifactSerializer(serializers.Serializer):
+    path = serializers.CharField(help_text="relative to the job's outputs/ directory")
+    size = serializers.IntegerField()
+    url = serializers.SerializerMethodField(help_text="where to download it; null when it stayed on the cluster")
+
+    def get_url(self, artifact) -> str | None:
+        return absolute_url(self.context, "api-job-output", artifact.job_id, artifact.pk) if artifact.stored_name else None
+
+
 class JobSerializer(serializers.Serializer):
     """A job as the API shows it. `script` is the exact job script handed (or to be handed) to the scheduler."""
 
     id = serializers.IntegerField(allow_null=True, help_text="null for a dry run")
     uuid = serializers.UUIDField()
     name = serializers.CharField()
-    project = serializers.SlugField()
-    user = serializers.CharField()
-    cluster = serializers.SlugField()
-    hardware = serializers.SlugField(allow_null=True)
-    software = serializers.SlugField(allow_null=True)
+    project = serializers.SlugField(source="project.slug")
+    user = serializers.CharField(source="user.get_username")
+    cluster = serializers.SlugField(source="cluster.slug")
+    hardware = serializers.SlugField(source="hardware.slug", allow_null=True)
+    software = serializers.SlugField(source="software.slug", allow_null=True)
     kind = serializers.ChoiceField(choices=Job.Kind.choices)
     nodes = serializers.IntegerField()
-    walltime = serializers.CharField(help_text="HH:MM:SS")
+    walltime = WalltimeField(source="walltime_seconds", help_text="HH:MM:SS")
     walltime_seconds = serializers.IntegerField()
     launcher = serializers.ChoiceField(choices=Job.Launcher.choices)
     parameters = serializers.DictField(help_text="a notebook's papermill parameters")
-    state = serializers.ChoiceField(choices=[("draft", "Draft (dry run)"), *JobState.choices])
+    state = serializers.SerializerMethodField()
     state_reason = serializers.CharField(allow_blank=True)
     scheduler_id = serializers.CharField(allow_blank=True)
     exit_code = serializers.IntegerField(allow_null=True)
@@ -185,84 +225,41 @@ class JobSerializer(serializers.Serializer):
     ended_at = serializers.DateTimeField(allow_null=True)
     elapsed_seconds = serializers.IntegerField(allow_null=True)
     cancel_requested_at = serializers.DateTimeField(allow_null=True)
-    estimate = MoneySerializer(allow_null=True)
-    cost = MoneySerializer(allow_null=True)
-    script = serializers.CharField(help_text="the exact job script handed to the scheduler")
+    estimate = MoneyField(allow_null=True)
+    cost = MoneyField(allow_null=True)
+    script = serializers.CharField(source="rendered_script", help_text="the exact job script handed to the scheduler")
     submit_command = serializers.CharField(allow_blank=True, help_text="how it is submitted, in its job directory")
-    payload = serializers.CharField(allow_blank=True, help_text="what the submitter wrote (the script's body)")
+    payload = serializers.CharField(source="script", allow_blank=True, help_text="what the submitter wrote (the script's body)")
     template = serializers.CharField(allow_blank=True)
     working_directory = serializers.CharField(allow_blank=True)
-    group = serializers.IntegerField(allow_null=True, help_text="the sweep this job belongs to")
+    group = serializers.IntegerField(source="group_id", allow_null=True, help_text="the sweep this job belongs to")
     array_index = serializers.IntegerField(
         allow_null=True, help_text="its element number when the sweep was submitted as one scheduler array"
     )
-    outputs = serializers.ListField(child=serializers.DictField(), help_text="files the job left in outputs/: path, size, url")
-    url = serializers.CharField(allow_null=True, help_text="the job's page in the portal")
+    outputs = serializers.SerializerMethodField(help_text="files the job left in outputs/: path, size, url")
+    url = serializers.SerializerMethodField(help_text="the job's page in the portal")
 
-    def to_representation(self, job: Job) -> dict[str, Any]:
-        saved = job.pk is not None
-        dt = serializers.DateTimeField()
+    @extend_schema_field(serializers.ChoiceField(choices=[("draft", "Draft (dry run)"), *JobState.choices]))
+    def get_state(self, job: Job) -> str:
+        return job.state if job.pk is not None else "draft"
 
-        def when(value):
-            return dt.to_representation(value) if value else None
+    @extend_schema_field(ArtifactSerializer(many=True))
+    def get_outputs(self, job: Job) -> list[dict[str, Any]]:
+        if job.pk is None:
+            return []
+        return ArtifactSerializer(job.artifacts.all(), many=True, context=self.context).data
 
-        return {
-            "id": job.pk,
-            "uuid": str(job.uuid),
-            "name": job.name,
-            "project": job.project.slug,
-            "user": job.user.get_username(),
-            "cluster": job.cluster.slug,
-            "hardware": job.hardware.slug if job.hardware else None,
-            "software": job.software.slug if job.software else None,
-            "kind": job.kind,
-            "nodes": job.nodes,
-            "walltime": format_walltime(job.walltime_seconds),
-            "walltime_seconds": job.walltime_seconds,
-            "launcher": job.launcher,
-            "parameters": job.parameters or {},
-            "state": job.state if saved else "draft",
-            "state_reason": job.state_reason,
-            "scheduler_id": job.scheduler_id,
-            "exit_code": job.exit_code,
-            "created_at": when(job.created_at),
-            "submitted_at": when(job.submitted_at),
-            "started_at": when(job.started_at),
-            "ended_at": when(job.ended_at),
-            "elapsed_seconds": job.elapsed_seconds,
-            "cancel_requested_at": when(job.cancel_requested_at),
-            "estimate": {"amount": f"{job.estimate_amount:.4f}", "unit": job.estimate_unit}
-            if job.estimate_amount is not None else None,
-            "cost": {"amount": f"{job.cost_amount:.4f}", "unit": job.estimate_unit} if job.cost_amount is not None else None,
-            "script": job.rendered_script,
-            "submit_command": job.submit_command,
-            "payload": job.script,
-            "template": job.template,
-            "working_directory": job.working_directory,
-            "group": job.group_id,
-            "array_index": job.array_index,
-            "outputs": [self._artifact(job, a) for a in job.artifacts.all()] if saved else [],
-            "url": self._url(job) if saved else None,
-        }
-
-    def _artifact(self, job: Job, artifact) -> dict[str, Any]:
-        url = None
-        if artifact.stored_name:
-            path = reverse("api-job-output", args=[job.pk, artifact.pk])
-            request = self.context.get("request")
-            url = request.build_absolute_uri(path) if request is not None else path
-        return {"path": artifact.path, "size": artifact.size, "url": url}
-
-    def _url(self, job: Job) -> str:
-        path = reverse("job-detail", args=[job.pk])
-        request = self.context.get("request")
-        return request.build_absolute_uri(path) if request is not None else path
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_url(self, job: Job) -> str | None:
+        return absolute_url(self.context, "job-detail", job.pk) if job.pk is not None else None
 
 
 class BudgetAfterSerializer(serializers.Serializer):
-    available = serializers.DecimalField(max_digits=20, decimal_places=4, help_text="available now")
-    after = serializers.DecimalField(max_digits=20, decimal_places=4, help_text="available once this job is reserved")
-    unit = serializers.CharField()
+    """A dry run's view of the budget (catalog.queries.BudgetAfter)."""
+
+    available = AmountField(source="summary.available", help_text="available now")
+    after = AmountField(help_text="available once this job is reserved")
+    unit = serializers.CharField(source="summary.unit")
     fits = serializers.BooleanField(help_text="false: a strict budget would refuse the job (402)")
 
 
@@ -280,42 +277,42 @@ class SweepSubmitSerializer(JobSubmitSerializer):
 class SweepSerializer(serializers.Serializer):
     """A sweep: its jobs, one per point, each with its own parameters, state and cost."""
 
-    id = serializers.IntegerField(allow_null=True, help_text="null for a dry run")
-    name = serializers.CharField()
-    project = serializers.SlugField()
-    sweep = serializers.DictField()
+    id = serializers.IntegerField(source="group.pk", allow_null=True, help_text="null for a dry run")
+    name = serializers.CharField(source="group.name")
+    project = serializers.SlugField(source="group.project.slug")
+    sweep = serializers.DictField(source="group.sweep")
     array = serializers.BooleanField(help_text="submitted as one scheduler array")
-    scheduler_id = serializers.CharField(allow_blank=True, help_text="the array's own id, once submitted")
+    scheduler_id = serializers.CharField(source="group.scheduler_id", allow_blank=True,
+                                         help_text="the array's own id, once submitted")
     script = serializers.CharField(help_text="the array's job script (array mode), else the first job's")
-    estimate = MoneySerializer(allow_null=True, help_text="for all of its jobs")
+    estimate = MoneyField(allow_null=True, help_text="for all of its jobs")
     created = serializers.BooleanField(help_text="false when an Idempotency-Key replayed an earlier sweep, or for a dry run")
     jobs = JobSerializer(many=True)
 
-    def to_representation(self, sweep) -> dict[str, Any]:
-        jobs = [submission.job for submission in sweep.submissions]
-        unit = next((s.estimate.unit for s in sweep.submissions if s.estimate), None)
-        group = sweep.group
-        return {
-            "id": group.pk,
-            "name": group.name,
-            "project": group.project.slug,
-            "sweep": group.sweep,
-            "array": sweep.array,
-            "scheduler_id": group.scheduler_id,
-            "script": sweep.script,
-            "estimate": {"amount": f"{sweep.estimate_total:.4f}", "unit": unit} if unit else None,
-            "created": sweep.created,
-            "jobs": JobSerializer(jobs, many=True, context=self.context).data,
-        }
-
 
 class SubmissionSerializer(JobSerializer):
-    """A submitted (or dry-run) job, with what the submission noticed."""
+    """A submitted (or dry-run) job, with what the submission noticed. Serialises `submission.job`; the context
+    holds the `submission`, whether it was a `dry_run` and, for one, the `budget_after` it."""
 
-    dry_run = serializers.BooleanField()
-    created = serializers.BooleanField(help_text="false when an Idempotency-Key replayed an earlier job, or for a dry run")
-    warnings = serializers.ListField(child=serializers.CharField())
-    budget = BudgetAfterSerializer(allow_null=True, help_text="the project's budget after this job (dry run only)")
+    dry_run = serializers.SerializerMethodField()
+    created = serializers.SerializerMethodField(
+        help_text="false when an Idempotency-Key replayed an earlier job, or for a dry run")
+    warnings = serializers.SerializerMethodField()
+    budget = serializers.SerializerMethodField(help_text="the project's budget after this job (dry run only)")
+
+    def get_dry_run(self, job: Job) -> bool:
+        return self.context["dry_run"]
+
+    def get_created(self, job: Job) -> bool:
+        return self.context["submission"].created and not self.context["dry_run"]
+
+    def get_warnings(self, job: Job) -> list[str]:
+        return self.context["submission"].warnings
+
+    @extend_schema_field(BudgetAfterSerializer(allow_null=True))
+    def get_budget(self, job: Job) -> dict[str, Any] | None:
+        after = self.context.get("budget_after")
+        return BudgetAfterSerializer(after).data if after is not None else None
 
 
 class LogSerializer(serializers.Serializer):
@@ -331,18 +328,26 @@ class LogSerializer(serializers.Serializer):
 # ----------------------------------------------------------------------------------------------- budgets
 
 
+class PercentField(serializers.FloatField):
+    def to_representation(self, value: float) -> float:
+        return round(float(value), 2)
+
+
 class BudgetSerializer(serializers.Serializer):
-    project = serializers.SlugField()
-    budget = serializers.DecimalField(max_digits=20, decimal_places=4, allow_null=True,
-                                      help_text="the amount for the period; null when the project has no budget")
-    reserved = serializers.DecimalField(max_digits=20, decimal_places=4, allow_null=True)
-    spent = serializers.DecimalField(max_digits=20, decimal_places=4, allow_null=True)
-    available = serializers.DecimalField(max_digits=20, decimal_places=4, allow_null=True)
-    unit = serializers.CharField(allow_null=True)
-    period = serializers.CharField(allow_null=True)
-    period_start = serializers.DateField(allow_null=True)
-    strict = serializers.BooleanField(allow_null=True, help_text="strict budgets refuse jobs they cannot cover (402)")
-    used_percent = serializers.FloatField(allow_null=True)
+    """A project's budget: {"project", "budget" (or None), "summary" (budgets.actions.BudgetSummary, or None)}."""
+
+    project = serializers.SlugField(source="project.slug")
+    budget = AmountField(source="summary.amount", allow_null=True,
+                         help_text="the amount for the period; null when the project has no budget")
+    reserved = AmountField(source="summary.reserved", allow_null=True)
+    spent = AmountField(source="summary.spent", allow_null=True)
+    available = AmountField(source="summary.available", allow_null=True)
+    unit = serializers.CharField(source="summary.unit", allow_null=True)
+    period = serializers.CharField(source="budget.period", allow_null=True)
+    period_start = serializers.DateField(source="summary.period_start", allow_null=True)
+    strict = serializers.BooleanField(source="summary.strict", allow_null=True,
+                                      help_text="strict budgets refuse jobs they cannot cover (402)")
+    used_percent = PercentField(source="summary.used_percent", allow_null=True)
 
 
 # ------------------------------------------------------------------------------------------------- files
@@ -363,9 +368,7 @@ class FileSerializer(serializers.Serializer):
         return stored.uploaded_by.get_username() if stored.uploaded_by else None
 
     def get_download_url(self, stored) -> str:
-        path = reverse("api-file-download", args=[stored.project.slug, stored.pk])
-        request = self.context.get("request")
-        return request.build_absolute_uri(path) if request is not None else path
+        return absolute_url(self.context, "api-file-download", stored.project.slug, stored.pk)
 
 
 class FileUploadSerializer(serializers.Serializer):

@@ -1,22 +1,29 @@
 """URLs under /api/: the schema, the docs and the stable v1 names."""
 
 from django.urls import include, path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from portal.api import views
+from portal.api import presets, project_views, upload_views, views
 from portal.api.fallback import not_found
 from portal.api.schema import DESCRIPTION
 
 v1 = [
-    path("me/", views.MeView.as_view(), name="api-me"),
-    path("projects/", views.ProjectListView.as_view(), name="api-projects"),
-    path("projects/<slug:slug>/", views.ProjectDetailView.as_view(), name="api-project-detail"),
-    path("projects/<slug:slug>/budget/", views.BudgetView.as_view(), name="api-budget"),
-    path("projects/<slug:slug>/files/", views.FileListCreateView.as_view(), name="api-files"),
-    path("projects/<slug:slug>/files/<int:pk>/download/", views.FileDownloadView.as_view(), name="api-file-download"),
-    path("clusters/", views.ClusterListView.as_view(), name="api-clusters"),
-    path("hardware/", views.HardwareListView.as_view(), name="api-hardware"),
-    path("software/", views.SoftwareListView.as_view(), name="api-software"),
+    path("me/", project_views.MeView.as_view(), name="api-me"),
+    path("projects/", project_views.ProjectListView.as_view(), name="api-projects"),
+    path("projects/<slug:slug>/", project_views.ProjectDetailView.as_view(), name="api-project-detail"),
+    path("projects/<slug:slug>/budget/", project_views.BudgetView.as_view(), name="api-budget"),
+    path("projects/<slug:slug>/files/", project_views.FileListCreateView.as_view(), name="api-files"),
+    path("projects/<slug:slug>/files/<int:pk>/download/", project_views.FileDownloadView.as_view(), name="api-file-download"),
+    path("projects/<slug:slug>/uploads/", upload_views.UploadCreateView.as_view(), name="api-uploads"),
+    path("projects/<slug:slug>/uploads/<uuid:upload_id>/", upload_views.UploadDetailView.as_view(), name="api-upload"),
+    path("projects/<slug:slug>/uploads/<uuid:upload_id>/parts/", upload_views.UploadPartsView.as_view(),
+         name="api-upload-parts"),
+    path("projects/<slug:slug>/uploads/<uuid:upload_id>/complete/", upload_views.UploadCompleteView.as_view(),
+         name="api-upload-complete"),
+    path("clusters/", project_views.ClusterListView.as_view(), name="api-clusters"),
+    path("hardware/", project_views.HardwareListView.as_view(), name="api-hardware"),
+    path("software/", project_views.SoftwareListView.as_view(), name="api-software"),
+    path("presets/", presets.PresetListView.as_view(), name="api-presets"),
     path("jobs/", views.JobListCreateView.as_view(), name="api-jobs"),
     path("jobs/<int:pk>/", views.JobDetailView.as_view(), name="api-job-detail"),
     path("jobs/<int:pk>/cancel/", views.JobCancelView.as_view(), name="api-job-cancel"),
@@ -29,7 +36,8 @@ v1 = [
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(custom_settings={"DESCRIPTION": DESCRIPTION}), name="api-schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    # The split view serves Swagger UI's start-up script as a file: the Content-Security-Policy forbids inline script.
+    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema", template_name="api/swagger_ui.html"), name="api-docs"),
     path("v1/", include(v1)),
     # Anything else under /api/ answers in the API's JSON shape, not with the site's HTML 404 page.
     re_path(r"^[\s\S]*$", not_found),  # [\s\S]: also paths with a newline in them

@@ -1,4 +1,5 @@
-"""REST API v1. Thin: resolve slugs to objects the caller can see, call an action, serialise the answer.
+"""REST API v1. Thin: resolve slugs to objects the caller can see, call an action, serialise the answer. Jobs and
+sweeps are here; who the caller is, projects, budgets, files and the catalog are in portal/api/project_views.py.
 
 Business rules (what may be submitted, what it costs, who may cancel or upload) live in the actions of each
 app; their refusals become JSON errors in portal.api.errors.
@@ -6,167 +7,34 @@ app; their refusals become JSON errors in portal.api.errors.
 
 from __future__ import annotations
 
-from decimal import Decimal
-
 from django.http import FileResponse
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import generics, status
-from rest_framework.parsers import JSONParser, MultiPartParser
-from rest_framework.permissions import IsAuthenticated
-from rest_framework.renderers import JSONRenderer
+from rest_framework import status
+from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from portal.api import queries
+from portal.api.base import ApiView, ListView, query_int
 from portal.api.errors import ApiError, NotFound
-from portal.api.models import ApiToken, Scope
-from portal.api.permissions import ANY_SCOPE, TokenScope
 from portal.api.schema import BAD_INPUT, COMMON_ERRORS, NOT_FOUND, error
 from portal.api.serializers import (
-    BudgetSerializer,
-    ClusterSerializer,
-    FileSerializer,
-    FileUploadSerializer,
-    HardwareSerializer,
     JobSerializer,
     JobSubmitSerializer,
     LogSerializer,
-    MeSerializer,
-    ProjectSerializer,
-    SoftwareSerializer,
     SubmissionSerializer,
     SweepSerializer,
     SweepSubmitSerializer,
 )
-from portal.budgets import actions as budgets
-from portal.catalog.queries import budget_after, price_per_node_hour
+from portal.catalog.queries import budget_after
 from portal.jobs import actions, outputs
 from portal.jobs.models import FINAL_STATES, JobState
-from portal.jobs.tasks import request_output_refresh
+from portal.jobs.outputs import request_output_refresh
 from portal.storage import actions as storage
-from portal.storage.queries import visible_files
 
 LOG_CHUNK_BYTES = 1024 * 1024  # one answer of /logs/ carries at most this much; next_offset continues
 MAX_IDEMPOTENCY_KEY = 128  # Job.idempotency_key's length
-
-
-class ApiMixin:
-    permission_classes = [IsAuthenticated, TokenScope]
-    renderer_classes = [JSONRenderer]
-
-
-class ApiView(ApiMixin, APIView):
-    pass
-
-
-class ListView(ApiMixin, generics.ListAPIView):
-    pass
-
-
-def _query_int(request, name: str, default: int | None = None, minimum: int = 0) -> int | None:
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ApiError(f"{name} must be a whole number, not {raw!r}", field=name) from None
-    if value < minimum:
-        raise ApiError(f"{name} must be at least {minimum}", field=name)
-    return value
-
-
-PROJECT_PARAM = OpenApiParameter("project", str, description="a project slug: only what this project may use")
-SLUG_PARAM = OpenApiParameter("slug", str, OpenApiParameter.PATH, description="the project's slug",
-                              examples=[OpenApiExample("a project", value="vision")])
-
-
-# ----------------------------------------------------------------------------------------------- catalog
-
-
-class MeView(ApiView):
-    required_scopes = {"GET": ANY_SCOPE}  # so `kakehashi login` can check a submit-only token too
-
-    @extend_schema(responses={200: MeSerializer, **COMMON_ERRORS}, summary="Who this token belongs to")
-    def get(self, request):
-        token = request.auth if isinstance(request.auth, ApiToken) else None
-        return Response({
-            "username": request.user.get_username(),
-            "email": request.user.email,
-            "is_staff": request.user.is_staff,
-            "token": {"name": token.name, "prefix": token.prefix, "scopes": token.scopes, "expires_at": token.expires_at}
-            if token else None,
-        })
-
-
-@extend_schema(responses={200: ProjectSerializer(many=True), **COMMON_ERRORS}, summary="Projects you can see, with your role")
-class ProjectListView(ListView):
-    serializer_class = ProjectSerializer
-
-    def get_queryset(self):
-        return queries.projects_with_role(self.request.user)
-
-
-class ProjectDetailView(ApiView):
-    @extend_schema(parameters=[SLUG_PARAM], responses={200: ProjectSerializer, **COMMON_ERRORS, **NOT_FOUND}, summary="One project")
-    def get(self, request, slug: str):
-        project = queries.project_or_404(request.user, slug)
-        project = queries.projects_with_role(request.user).get(pk=project.pk)
-        return Response(ProjectSerializer(project, context={"request": request}).data)
-
-
-@extend_schema(responses={200: ClusterSerializer(many=True), **COMMON_ERRORS}, summary="Clusters of your projects")
-class ClusterListView(ListView):
-    serializer_class = ClusterSerializer
-
-    def get_queryset(self):
-        return queries.visible_clusters(self.request.user).order_by("slug")
-
-
-@extend_schema(
-    parameters=[
-        PROJECT_PARAM,
-        OpenApiParameter("gpu_model", str, description="e.g. a100 (case-insensitive)"),
-        OpenApiParameter("gpus_per_node", int, description="GPUs per node, e.g. 8"),
-    ],
-    responses={200: HardwareSerializer(many=True), **BAD_INPUT, **COMMON_ERRORS, **NOT_FOUND},
-    summary="Hardware your projects may use (with ?project=: cheapest first, priced in the budget's unit)",
-)
-class HardwareListView(ListView):
-    serializer_class = HardwareSerializer
-
-    def get_queryset(self):
-        user, params = self.request.user, self.request.query_params
-        project = queries.project_or_404(user, params["project"], field="project") if params.get("project") else None
-        hardware = queries.usable_hardware(user, project)
-        if params.get("gpu_model"):
-            hardware = hardware.filter(gpu_model__iexact=params["gpu_model"])
-        gpus = _query_int(self.request, "gpus_per_node")
-        if gpus is not None:
-            hardware = hardware.filter(gpus_per_node=gpus)
-        self.prices = None
-        if project is None:
-            return hardware
-        budget = queries.budget_of(project)
-        self.prices = {hw.pk: price_per_node_hour(hw, budget) for hw in hardware}
-        infinite = Decimal("Infinity")
-        return sorted(hardware, key=lambda hw: (self.prices[hw.pk].amount if self.prices[hw.pk] else infinite, hw.slug))
-
-    def get_serializer_context(self):
-        return {**super().get_serializer_context(), "prices": getattr(self, "prices", None)}
-
-
-@extend_schema(parameters=[PROJECT_PARAM], responses={200: SoftwareSerializer(many=True), **COMMON_ERRORS, **NOT_FOUND},
-               summary="Software your projects may use")
-class SoftwareListView(ListView):
-    serializer_class = SoftwareSerializer
-
-    def get_queryset(self):
-        user, slug = self.request.user, self.request.query_params.get("project")
-        project = queries.project_or_404(user, slug, field="project") if slug else None
-        return queries.usable_software(user, project)
 
 
 # -------------------------------------------------------------------------------------------------- jobs
@@ -234,15 +102,10 @@ class JobListCreateView(ListView):
         dry_run = data["dry_run"]
         submission = actions.submit_job(user, job_request, dry_run=dry_run,
                                         idempotency_key=None if dry_run else _idempotency_key(request))
-        answer = SubmissionSerializer(submission.job, context={"request": request}).data
-        after = budget_after(project, submission.estimate) if dry_run else None
-        answer.update(
-            dry_run=dry_run,
-            created=submission.created and not dry_run,
-            warnings=submission.warnings,
-            budget={"available": f"{after.summary.available:.4f}", "after": f"{after.after:.4f}",
-                    "unit": after.summary.unit, "fits": after.fits} if after else None,
-        )
+        answer = SubmissionSerializer(submission.job, context={
+            "request": request, "submission": submission, "dry_run": dry_run,
+            "budget_after": budget_after(project, submission.estimate) if dry_run else None,
+        }).data
         if dry_run or not submission.created:
             return Response(answer, status=status.HTTP_200_OK)
         return Response(answer, status=status.HTTP_201_CREATED,
@@ -373,7 +236,7 @@ class JobLogsView(ApiView):
         stream = request.query_params.get("stream") or "stdout"
         if stream not in ("stdout", "stderr"):
             raise ApiError(f"stream must be stdout or stderr, not {stream!r}", field="stream")
-        offset = _query_int(request, "offset", default=0)
+        offset = query_int(request, "offset", default=0)
         data, truncated, complete = outputs.output_of(job, stream, offset)
         chunk = data[:LOG_CHUNK_BYTES]
         more = len(data) > len(chunk)
@@ -408,96 +271,6 @@ def _utf8_safe_end(chunk: bytes) -> int:
     return len(chunk)
 
 
-# ----------------------------------------------------------------------------------------------- budgets
-
-
-class BudgetView(ApiView):
-    @extend_schema(parameters=[SLUG_PARAM], responses={200: BudgetSerializer, **COMMON_ERRORS, **NOT_FOUND},
-                   summary="A project's budget: amount, reserved, spent, available (budget null when none is set)")
-    def get(self, request, slug: str):
-        project = queries.project_or_404(request.user, slug)
-        budget = queries.budget_of(project)
-        if budget is None:
-            keys = ["budget", "reserved", "spent", "available", "unit", "period", "period_start", "strict", "used_percent"]
-            return Response({"project": project.slug, **dict.fromkeys(keys)})
-        summary = budgets.summary(budget)
-        return Response({
-            "project": project.slug,
-            "budget": f"{summary.amount:.4f}",
-            "reserved": f"{summary.reserved:.4f}",
-            "spent": f"{summary.spent:.4f}",
-            "available": f"{summary.available:.4f}",
-            "unit": summary.unit,
-            "period": budget.period,
-            "period_start": summary.period_start.isoformat(),
-            "strict": summary.strict,
-            "used_percent": round(summary.used_percent, 2),
-        })
-
-
-# ------------------------------------------------------------------------------------------------- files
-
-
-class FileListCreateView(ListView):
-    serializer_class = FileSerializer
-    parser_classes = [MultiPartParser]
-    required_scopes = {"POST": Scope.SUBMIT}
-
-    def get_queryset(self):
-        project = queries.project_or_404(self.request.user, self.kwargs["slug"])
-        return visible_files(self.request.user).filter(project=project).order_by("path")
-
-    @extend_schema(parameters=[SLUG_PARAM], responses={200: FileSerializer(many=True), **COMMON_ERRORS, **NOT_FOUND},
-                   summary="Files in a project's shared storage")
-    def get(self, request, *args, **kwargs):
-        return super().get(request, *args, **kwargs)
-
-    @extend_schema(
-        parameters=[SLUG_PARAM],
-        request={"multipart/form-data": FileUploadSerializer},
-        responses={
-            201: FileSerializer,
-            200: OpenApiResponse(FileSerializer, description="an existing file replaced (overwrite)"),
-            **BAD_INPUT,
-            409: error("a file already exists at this path (upload with overwrite to replace it)"),
-            413: error("the file is larger than KAKEHASHI_MAX_UPLOAD_BYTES"),
-            415: error("the body must be multipart/form-data"),
-            **COMMON_ERRORS,
-            **NOT_FOUND,
-        },
-        summary="Upload a file (multipart field `file`, optional `path` and `overwrite`)",
-    )
-    def post(self, request, slug: str):
-        project = queries.project_or_404(request.user, slug)
-        # Before request.data is touched: a body over the limit is refused without being read.
-        storage.check_declared_size(request.META.get("CONTENT_LENGTH"))
-        body = FileUploadSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        stored, created = storage.store_file(request.user, project, body.validated_data["file"],
-                                             path=body.validated_data["path"], overwrite=body.validated_data["overwrite"])
-        answer = FileSerializer(queries.file_or_404(request.user, project, stored.pk), context={"request": request}).data
-        return Response(answer, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
-
-
-class FileDownloadView(ApiView):
-    def perform_content_negotiation(self, request, force=False):
-        # Any Accept header may ask for the bytes; errors are still JSON.
-        return super().perform_content_negotiation(request, force=True)
-
-    @extend_schema(
-        parameters=[SLUG_PARAM],
-        responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, **COMMON_ERRORS, **NOT_FOUND},
-        summary="Download a file",
-    )
-    def get(self, request, slug: str, pk: int):
-        project = queries.project_or_404(request.user, slug)
-        stored = queries.file_or_404(request.user, project, pk)
-        response = FileResponse(storage.open_file(request.user, stored), as_attachment=True, filename=stored.filename,
-                                content_type="application/octet-stream")
-        response["X-Checksum-SHA256"] = stored.sha256
-        return response
-
-
 class JobOutputDownloadView(ApiView):
     def perform_content_negotiation(self, request, force=False):
         return super().perform_content_negotiation(request, force=True)
@@ -507,11 +280,9 @@ class JobOutputDownloadView(ApiView):
         summary="Download a file the job left in outputs/ (those copied into the portal)",
     )
     def get(self, request, pk: int, artifact_id: int):
-        from django.core.files.storage import default_storage
-
         job = queries.job_or_404(request.user, pk)
         artifact = job.artifacts.filter(pk=artifact_id).exclude(stored_name="").first()
         if artifact is None:
             raise NotFound("no such output of this job in the portal (too large ones stay on the cluster)")
-        return FileResponse(default_storage.open(artifact.stored_name, "rb"), as_attachment=True,
+        return FileResponse(storage.open_job_output(artifact.stored_name), as_attachment=True,
                             filename=artifact.path.rsplit("/", 1)[-1], content_type="application/octet-stream")

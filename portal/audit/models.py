@@ -3,7 +3,7 @@ from django.db import models
 
 
 class AuditEntry(models.Model):
-    """Who did what to which object, written in the same transaction as the change itself."""
+    """Who did what to which object from where, written in the same transaction as the change itself."""
 
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
@@ -11,6 +11,8 @@ class AuditEntry(models.Model):
     project = models.ForeignKey("projects.Project", null=True, blank=True, on_delete=models.SET_NULL)
     target_type = models.CharField(max_length=64, blank=True)
     target_id = models.CharField(max_length=64, blank=True)
+    ip = models.GenericIPAddressField(null=True, blank=True, db_index=True, verbose_name="IP address",
+                                      help_text="Where the request came from; empty for workers and commands")
     data = models.JSONField(default=dict, blank=True)
 
     class Meta:

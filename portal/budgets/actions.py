@@ -1,6 +1,6 @@
 """Money: estimates, reservations at submit, settlement at the end, and the sums that must reconcile.
 
-Every movement is a LedgerEntry written while the project's Budget row is locked (`select_for_update`), so
+Every movement is a LedgerEntry written while the project's Budget row is locked (portal/budgets/locks.py), so
 concurrent submits are serialised on that row and can never overspend together.
 """
 
@@ -15,6 +15,7 @@ from django.db import transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
 
+from portal.budgets import locks
 from portal.budgets.models import Budget, LedgerEntry, Period, UnitConversion
 
 CENT = Decimal("0.0001")
@@ -125,7 +126,7 @@ def reserve(job, amount: Decimal, *, actor=None) -> LedgerEntry | None:
 def reserve_many(project, estimates: list[tuple[Any, Decimal]], *, actor=None) -> list[LedgerEntry]:
     """Reserve the estimates of several jobs of one project together: all fit a strict budget, or none is
     reserved (BudgetExceeded). One lock on the budget row, one sum of the ledger. Call inside a transaction."""
-    budget = Budget.objects.select_for_update().filter(project_id=project.pk).first()
+    budget = locks.budget_of_project(project.pk)
     if budget is None or not estimates:
         return []
     current = summary(budget)
@@ -154,7 +155,7 @@ def settle(job, actual: Decimal | None, *, note: str = "") -> None:
     reservation = LedgerEntry.objects.filter(job=job, kind=LedgerEntry.Kind.RESERVE).first()
     if reservation is None:
         return
-    Budget.objects.select_for_update().filter(pk=reservation.budget_id).first()
+    locks.budget(reservation.budget_id)
     done = set(LedgerEntry.objects.filter(job=job).values_list("kind", flat=True))
     if actual is not None and LedgerEntry.Kind.SETTLE not in done:
         LedgerEntry.objects.create(
@@ -180,8 +181,8 @@ def settle(job, actual: Decimal | None, *, note: str = "") -> None:
 def set_budget(project, *, amount: Decimal, unit: str, period: str, strict: bool, actor) -> Budget:
     from portal.audit.actions import record
 
-    budget, created = Budget.objects.select_for_update().get_or_create(
-        project=project, defaults={"amount": amount, "unit": unit, "period": period, "strict": strict}
+    budget, created = locks.budget_or_new(
+        project, defaults={"amount": amount, "unit": unit, "period": period, "strict": strict}
     )
     before = {"amount": str(budget.amount), "unit": budget.unit, "period": budget.period, "strict": budget.strict}
     if not created:

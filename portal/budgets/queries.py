@@ -1,61 +1,17 @@
-"""Usage: what was spent, by cluster, hardware, user and month, from the jobs' settled costs."""
+"""Read helpers for budgets."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass
-from decimal import Decimal
-
-from django.db.models import QuerySet
-
-from portal.budgets.actions import NoConversion, convert
-from portal.jobs.models import Job
+from portal.budgets import actions
+from portal.budgets.models import Budget
 
 
-@dataclass
-class UsageRow:
-    month: str
-    project: str
-    cluster: str
-    hardware: str
-    user: str
-    jobs: int
-    node_hours: Decimal
-    cost: Decimal
-    unit: str
+def budget_of(project) -> Budget | None:
+    """The project's budget (a project has at most one), or None."""
+    return Budget.objects.filter(project=project).first()
 
 
-def usage_rows(jobs: QuerySet[Job], unit: str | None = None) -> list[UsageRow]:
-    """Settled jobs grouped by month × project × cluster × hardware × user; costs converted to `unit` if given."""
-    groups: dict[tuple, list] = defaultdict(lambda: [0, Decimal("0"), Decimal("0")])
-    for job in jobs.filter(cost_amount__isnull=False).select_related("project", "cluster", "hardware", "user"):
-        cost_unit = job.estimate_unit or (job.hardware.rate_unit if job.hardware else "")
-        cost = job.cost_amount or Decimal("0")
-        if unit and cost_unit != unit:
-            try:
-                cost, cost_unit = convert(cost, cost_unit, unit), unit
-            except NoConversion:
-                pass  # shown in its own unit rather than silently wrong
-        key = (
-            (job.ended_at or job.created_at).strftime("%Y-%m"),
-            job.project.slug,
-            job.cluster.slug,
-            job.hardware.slug if job.hardware else "-",
-            job.user.username,
-            cost_unit,
-        )
-        row = groups[key]
-        row[0] += 1
-        row[1] += Decimal(job.elapsed_seconds or 0) * job.nodes / Decimal(3600)
-        row[2] += cost
-    return [
-        UsageRow(month, project, cluster, hardware, user, n, hours.quantize(Decimal("0.01")), cost.quantize(Decimal("0.01")), u)
-        for (month, project, cluster, hardware, user, u), (n, hours, cost) in sorted(groups.items())
-    ]
-
-
-def totals_by(rows: list[UsageRow], field: str) -> dict[str, Decimal]:
-    totals: dict[str, Decimal] = defaultdict(Decimal)
-    for row in rows:
-        totals[f"{getattr(row, field)} ({row.unit})" if field != "month" else row.month] += row.cost
-    return dict(sorted(totals.items()))
+def budget_summary(project) -> actions.BudgetSummary | None:
+    """Amount, reserved, spent and available this period, or None without a budget."""
+    budget = budget_of(project)
+    return actions.summary(budget) if budget else None

@@ -1,4 +1,5 @@
-"""Catalog changes that follow from jobs: a finished health check updates its hardware type's measured speed."""
+"""Catalog changes that follow from jobs: a finished health check updates its hardware type's measured speed
+(the job's side, reading its health.json on the cluster, is in portal/jobs/outputs.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from django.db import transaction
 
 from portal.audit.actions import record
 from portal.catalog.models import HardwareType
-from portal.clusters.connect import account_for, backend_for
 
 HEALTH_FILE = "outputs/health.json"
 _NUMBERS = ("tflops", "tflops_total", "slowest_tflops", "busbw_gbps")
@@ -40,19 +40,8 @@ def parse_health(raw: bytes) -> dict:
     return kept
 
 
-def record_health_check(job_id: int) -> dict | None:
-    """Fetch a finished health-check job's result from the cluster and store it with the hardware (worker side)."""
-    from portal.jobs.models import Job, JobState
-
-    job = Job.objects.select_related("cluster", "hardware", "project", "user").get(pk=job_id)
-    if job.state != JobState.COMPLETED or job.hardware is None:
-        return None
-    backend = backend_for(job.cluster, account_for(job.cluster, job.user, job.project))
-    raw = backend.transport.read_file(f"{job.remote_dir}/{HEALTH_FILE}", limit=256 * 1024)
-    if not raw:
-        return None
-    measured = {**parse_health(raw), "job": job.pk, "nodes": job.nodes}
+def record_measurement(hardware: HardwareType, measured: dict, *, project, job_id: int) -> None:
+    """Store a health check's measurements with its hardware type (what the site page and the API show)."""
     with transaction.atomic():
-        HardwareType.objects.filter(pk=job.hardware_id).update(measured=measured)
-        record("hardware.measured", project=job.project, target=job.hardware, job=job.pk, tflops=measured["tflops"])
-    return measured
+        HardwareType.objects.filter(pk=hardware.pk).update(measured=measured)
+        record("hardware.measured", project=project, target=hardware, job=job_id, tflops=measured["tflops"])

@@ -92,3 +92,29 @@ class Preset(models.Model):
 
     def __str__(self) -> str:
         return self.label
+
+
+class CloudPrice(models.Model):
+    """What one instance type costs per hour in one region, on demand or on Spot: the price table cloud hardware
+    is charged from. A site admin edits it (or refreshes it from the AWS Pricing API); every hardware type of an
+    AWS Batch cluster in that region with that instance type and market takes its rate from here
+    (portal/catalog/prices.py), so estimates, reservations, burn and settlement all use it."""
+
+    class Market(models.TextChoices):
+        ON_DEMAND = "on-demand", "On demand"
+        SPOT = "spot", "Spot"
+
+    region = models.CharField(max_length=32, help_text="e.g. ap-northeast-1")
+    instance_type = models.CharField(max_length=64, help_text="e.g. p4d.24xlarge")
+    market = models.CharField(max_length=16, choices=Market.choices, default=Market.ON_DEMAND)
+    price_per_hour = models.DecimalField(max_digits=12, decimal_places=4, help_text="per instance (node) and hour")
+    currency = models.CharField(max_length=16, default="USD")
+    source = models.CharField(max_length=32, default="site admin", editable=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["region", "instance_type", "market"]
+        constraints = [models.UniqueConstraint(fields=["region", "instance_type", "market"], name="one_price_per_offer")]
+
+    def __str__(self) -> str:
+        return f"{self.instance_type} {self.market} in {self.region}: {self.price_per_hour} {self.currency}/h"

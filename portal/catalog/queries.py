@@ -9,6 +9,7 @@ from django.db.models import Q, QuerySet
 
 from portal.budgets import actions as budgets
 from portal.budgets.models import Budget
+from portal.budgets.queries import budget_of
 from portal.catalog.models import HardwareType, Preset, Software
 from portal.clusters.models import Allocation
 from portal.projects import access
@@ -68,7 +69,7 @@ def resolve_preset(preset: Preset, project) -> PresetChoice:
     hardware = hardware_for_project(project).filter(gpus_per_node=preset.gpus_per_node, max_nodes__gte=preset.nodes)
     if preset.gpu_model:
         hardware = hardware.filter(gpu_model__iexact=preset.gpu_model)
-    budget = Budget.objects.filter(project=project).first()
+    budget = budget_of(project)
 
     def price(hw: HardwareType) -> Decimal:
         money = price_per_node_hour(hw, budget)
@@ -96,7 +97,7 @@ class BudgetAfter:
 
 
 def budget_after(project, estimate) -> BudgetAfter | None:
-    budget = Budget.objects.filter(project=project).first()
+    budget = budget_of(project)
     if budget is None or estimate is None:
         return None
     summary = budgets.summary(budget)

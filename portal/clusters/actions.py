@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from django.db import transaction
 from django.utils import timezone
+from django.views.decorators.debug import sensitive_variables
 
-from backends.transport import TransportError
+from backends.base import BackendError, TransportError
 from portal.audit.actions import record
-from portal.clusters.connect import NoClusterAccount, transport_for
+from portal.clusters.connect import NoClusterAccount, backend_for
 from portal.clusters.models import Cluster, ClusterAccount
 
 
+@sensitive_variables("key", "private")
 def generate_key_pair(comment: str) -> tuple[str, str]:
     """(private key in OpenSSH format, public key line) for a new ed25519 key."""
     from cryptography.hazmat.primitives import serialization
@@ -25,6 +27,7 @@ def generate_key_pair(comment: str) -> tuple[str, str]:
 
 
 @transaction.atomic
+@sensitive_variables("private")
 def link_account(cluster: Cluster, *, username: str, user=None, project=None, actor=None) -> ClusterAccount:
     """Create (or re-key) the account `username` on `cluster` for a user or a project's service account."""
     private, public = generate_key_pair(
@@ -47,15 +50,14 @@ def verify_account(account_id: int) -> bool:
     """Log in with the account's key and check who we are (worker side)."""
     account = ClusterAccount.objects.select_related("cluster").get(pk=account_id)
     try:
-        transport = transport_for(account.cluster, account)
-        result = transport.run(["id", "-un"], timeout=30)
-        transport.close()
-        if not result.ok:
-            raise TransportError(result.message or f"id -un exited {result.exit_status}")
-        who = result.stdout.strip()
+        backend = backend_for(account.cluster, account)
+        try:
+            who = backend.whoami()
+        finally:
+            backend.close()
         if who != account.username:
             raise TransportError(f"the key logs in as {who!r}, not {account.username!r}")
-    except (TransportError, NoClusterAccount) as exc:
+    except (BackendError, TransportError, NoClusterAccount) as exc:
         ClusterAccount.objects.filter(pk=account.pk).update(last_error=str(exc)[:1000], verified_at=None)
         return False
     ClusterAccount.objects.filter(pk=account.pk).update(last_error="", verified_at=timezone.now())

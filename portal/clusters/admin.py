@@ -1,6 +1,40 @@
+from django import forms
 from django.contrib import admin
 
-from portal.clusters.models import Allocation, Cluster, ClusterAccount
+from portal.clusters.models import Allocation, CloudCredential, Cluster, ClusterAccount
+from portal.projects.admin import ProjectAdmin
+
+
+class CloudCredentialForm(forms.ModelForm):
+    # Write-only: the stored secret is never shown back, not even encrypted.
+    secret = forms.CharField(widget=forms.PasswordInput(render_value=False), required=False,
+                             help_text="The secret access key. Leave empty to keep the stored one.")
+
+    class Meta:
+        model = CloudCredential
+        fields = ["access_key_id"]
+
+    def clean(self):
+        data = super().clean()
+        if not self.instance.pk and not data.get("secret"):
+            self.add_error("secret", "enter the secret access key")
+        return data
+
+    def save(self, commit=True):
+        credential = super().save(commit=False)
+        if self.cleaned_data.get("secret"):
+            credential.set_secret(self.cleaned_data["secret"])
+        if commit:
+            credential.save()
+        return credential
+
+
+class CloudCredentialInline(admin.StackedInline):
+    model = CloudCredential
+    form = CloudCredentialForm
+    extra = 0
+    max_num = 1
+    verbose_name = "cloud access key (AWS Batch; none: the worker's instance role)"
 
 
 @admin.register(Cluster)
@@ -8,6 +42,7 @@ class ClusterAdmin(admin.ModelAdmin):
     list_display = ["slug", "name", "kind", "site_profile", "login_host", "login_port", "identity_mode", "enabled"]
     list_filter = ["kind", "enabled"]
     search_fields = ["slug", "name", "login_host"]
+    inlines = [CloudCredentialInline]
 
 
 @admin.register(ClusterAccount)
@@ -27,3 +62,13 @@ class AllocationAdmin(admin.ModelAdmin):
     list_display = ["project", "cluster", "group"]
     list_filter = ["cluster"]
     filter_horizontal = ["hardware"]
+
+
+class AllocationInline(admin.TabularInline):
+    model = Allocation
+    extra = 1
+    filter_horizontal = ["hardware"]
+
+
+# A project's allocations are edited on the project's admin page, below its members.
+ProjectAdmin.inlines = [*ProjectAdmin.inlines, AllocationInline]

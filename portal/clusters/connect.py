@@ -1,25 +1,33 @@
-"""The bridge from portal models to backends: which transport, as whom, with which pinned host key."""
+"""The bridge from portal models to backends: which backend, reached how, as whom.
+
+How a cluster is reached and as whom is what its backend class declares (`Backend.reach`): this module asks it
+and hands the backend plain `Access` values, so no other part of the portal knows about login nodes, keys or the
+local host, and a new kind of backend needs no change here (docs/decisions/0008).
+"""
 
 from __future__ import annotations
 
-import os
-import sys
+from collections.abc import Iterable
 
 from django.conf import settings
 
-from backends import backend_class
-from backends.base import Backend
-from backends.transport import LocalTransport, SSHTransport, Transport
-from portal.clusters.models import Cluster, ClusterAccount, IdentityMode, Kind
+from backends import REGISTRY, backend_class
+from backends.base import Access, Backend, Reach
+from portal.clusters.models import CloudCredential, Cluster, ClusterAccount, IdentityMode
 
 
 class NoClusterAccount(Exception):
     """The user (or project) has no working identity on the cluster yet. The message says what to do."""
 
 
+def reach_of(cluster: Cluster) -> Reach:
+    return backend_class(cluster.kind).reach
+
+
 def account_for(cluster: Cluster, user, project) -> ClusterAccount | None:
-    """The identity a job of `user` in `project` runs as on `cluster` (None for the local cluster)."""
-    if cluster.kind == Kind.LOCAL:
+    """The identity a job of `user` in `project` runs as on `cluster`: a ClusterAccount where the backend logs
+    in as someone, None where it runs as the portal itself or with the cluster's own credentials."""
+    if not reach_of(cluster).uses_cluster_account:
         return None
     if cluster.identity_mode == IdentityMode.PROJECT:
         account = ClusterAccount.objects.filter(cluster=cluster, project=project).first()
@@ -37,33 +45,74 @@ def account_for(cluster: Cluster, user, project) -> ClusterAccount | None:
     return account
 
 
-def transport_for(cluster: Cluster, account: ClusterAccount | None) -> Transport:
-    if cluster.kind == Kind.LOCAL:
-        # Local jobs see the portal's own environment first (python, papermill for notebook jobs).
-        return LocalTransport(cluster.options.get("root") or settings.KAKEHASHI_LOCAL_JOBS_DIR,
-                              path_prefix=[os.path.dirname(sys.executable)])
-    if account is None:
-        raise NoClusterAccount(f"no account to reach {cluster.name} with")
-    if not cluster.host_keys.strip():
-        raise NoClusterAccount(f"{cluster.name} has no pinned host key; a site admin must verify and pin it")
-    return SSHTransport(
-        cluster.login_host,
-        cluster.login_port,
-        account.username,
-        account.private_key(),
-        cluster.host_keys,
+def monitor_account(cluster: Cluster, owners: Iterable[tuple[object, object]]) -> ClusterAccount | None:
+    """Whose identity asks the scheduler about everyone's jobs, given the (user, project) owners of those jobs.
+
+    Queues are readable by every user on the centres we target (docs/decisions/0003): a configured monitor
+    account, else the first owner's own.
+    """
+    if not reach_of(cluster).uses_cluster_account:
+        return None
+    monitor = cluster.options.get("monitor_username")
+    if monitor:
+        account = ClusterAccount.objects.filter(cluster=cluster, username=monitor).first()
+        if account:
+            return account
+    for user, project in owners:
+        try:
+            return account_for(cluster, user, project)
+        except NoClusterAccount:
+            continue
+    return None
+
+
+def access_for(cluster: Cluster, account: ClusterAccount | None) -> Access:
+    """Everything the portal knows about reaching `cluster` as `account`, in plain values."""
+    if reach_of(cluster).uses_cluster_account:
+        if account is None:
+            raise NoClusterAccount(f"no account to reach {cluster.name} with")
+        if not cluster.host_keys.strip():
+            raise NoClusterAccount(f"{cluster.name} has no pinned host key; a site admin must verify and pin it")
+    credential = CloudCredential.objects.filter(cluster=cluster).first() if reach_of(cluster) is Reach.CLOUD_API else None
+    return Access(
+        key_id=credential.access_key_id if credential else "",
+        secret=credential.secret() if credential else "",
+        host=cluster.login_host,
+        port=cluster.login_port,
+        username=account.username if account else "",
+        private_key=account.private_key() if account else "",
+        known_hosts=cluster.host_keys,
+        local_root=cluster.options.get("root") or settings.KAKEHASHI_LOCAL_JOBS_DIR,
         timeout=settings.KAKEHASHI_SSH_TIMEOUT,
     )
 
 
 def backend_for(cluster: Cluster, account: ClusterAccount | None = None) -> Backend:
-    return backend_class(cluster.kind)(transport_for(cluster, account), backend_settings(cluster))
+    return backend_class(cluster.kind).connect(access_for(cluster, account), backend_settings(cluster))
+
+
+def cloud_client(cluster: Cluster, service: str, region: str | None = None):
+    """A boto3 client of a cloud cluster's account (its stored key or the worker's role), for what is not a job:
+    setting the site up, prices. Worker and management-command side only."""
+    from backends.aws_batch import aws_client
+
+    return aws_client(access_for(cluster, None), backend_settings(cluster), service, region)
 
 
 def renderer_for(cluster: Cluster) -> Backend:
     """A backend that can only render scripts (pure; safe to use inside a web request)."""
-    return backend_class(cluster.kind)(None, backend_settings(cluster))  # type: ignore[arg-type]
+    return backend_class(cluster.kind)(None, backend_settings(cluster))
+
+
+def job_dir(cluster: Cluster, name: str) -> str:
+    """Where the job named `name` keeps its files on `cluster`."""
+    return backend_class(cluster.kind).job_dir(cluster.work_root, name)
+
+
+def kinds_reached(reach: Reach) -> list[str]:
+    """The cluster kinds whose backends are reached this way (e.g. those a researcher links an account on)."""
+    return [kind for kind in REGISTRY if backend_class(kind).reach is reach]
 
 
 def backend_settings(cluster: Cluster) -> dict:
-    return {**cluster.options, "site_profile": cluster.site_profile}
+    return {**cluster.options, "site_profile": cluster.site_profile, "cluster": cluster.slug}

@@ -4,18 +4,16 @@ from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
 
+from backends import kind_choices
 from portal import crypto
 from portal.projects.models import slug_validator
 
 username_validator = RegexValidator(r"^[a-z_][a-z0-9_.-]{0,31}$", "a POSIX user name (lower-case, digits, '_.-')")
 
 
-class Kind(models.TextChoices):
-    LOCAL = "local", "Local (this host, no scheduler)"
-    SLURM = "slurm", "Slurm"
-    PBS = "pbs", "PBS (PBS Pro/OpenPBS or Torque)"
-    SGE = "sge", "Grid Engine"
-    AWS_BATCH = "aws-batch", "AWS Batch"
+# A cluster is of a kind the backend registry knows (backends/__init__.py), and only those are offered to admins:
+# Kind.SLURM == "slurm", and a new backend's kind appears here with its registry entry.
+Kind = models.TextChoices("Kind", [(kind.upper().replace("-", "_"), (kind, label)) for kind, label in kind_choices()])
 
 
 class SiteProfile(models.TextChoices):
@@ -32,7 +30,7 @@ class IdentityMode(models.TextChoices):
 class Cluster(models.Model):
     slug = models.SlugField(unique=True, max_length=50, validators=[slug_validator])
     name = models.CharField(max_length=200)
-    kind = models.CharField(max_length=16, choices=Kind.choices)
+    kind = models.CharField(max_length=16, choices=kind_choices)
     site_profile = models.CharField(max_length=16, choices=SiteProfile.choices, default=SiteProfile.GENERIC)
     description = models.TextField(blank=True)
     login_host = models.CharField(max_length=255, blank=True)
@@ -113,3 +111,25 @@ class Allocation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.project} on {self.cluster} as {self.group or '-'}"
+
+
+class CloudCredential(models.Model):
+    """The access key a cloud cluster's API calls are made with, encrypted at rest like SSH keys.
+
+    A cluster without one uses the worker's own credentials chain (an instance role or AWS_* variables), which is
+    what a deployment on AWS should prefer: then no secret is stored at all.
+    """
+
+    cluster = models.OneToOneField(Cluster, on_delete=models.CASCADE, related_name="cloud_credential")
+    access_key_id = models.CharField(max_length=128)
+    secret_encrypted = models.TextField(editable=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.access_key_id[:4]}… for {self.cluster.slug}"
+
+    def set_secret(self, secret: str) -> None:
+        self.secret_encrypted = crypto.encrypt(secret)
+
+    def secret(self) -> str:
+        return crypto.decrypt(self.secret_encrypted)

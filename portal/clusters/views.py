@@ -9,16 +9,21 @@ from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from backends.base import Reach
+from portal.audit.actions import record
 from portal.clusters import actions
+from portal.clusters.connect import kinds_reached
 from portal.clusters.forms import LinkAccountForm
-from portal.clusters.models import Allocation, Cluster, ClusterAccount, IdentityMode, Kind
+from portal.clusters.models import Allocation, Cluster, ClusterAccount, IdentityMode
+from portal.enqueue import VERIFY_ACCOUNT, enqueue_on_commit
 from portal.projects import access
 
 
 def _clusters_for(user):
     projects = access.visible_projects(user)
     ids = Allocation.objects.filter(project__in=projects).values_list("cluster_id", flat=True)
-    return Cluster.objects.filter(pk__in=ids, enabled=True, identity_mode=IdentityMode.PER_USER).exclude(kind=Kind.LOCAL)
+    return Cluster.objects.filter(pk__in=ids, enabled=True, identity_mode=IdentityMode.PER_USER,
+                                  kind__in=kinds_reached(Reach.LOGIN_NODE))
 
 
 @login_required
@@ -50,10 +55,10 @@ def verify(request, slug: str):
     account = ClusterAccount.objects.filter(user=request.user, cluster__slug=slug).first()
     if account is None:
         raise Http404
-    from portal.clusters.tasks import verify_account_task
-
-    ClusterAccount.objects.filter(pk=account.pk).update(last_error="checking…")
-    transaction.on_commit(lambda: verify_account_task.delay(account.pk))
+    with transaction.atomic():
+        ClusterAccount.objects.filter(pk=account.pk).update(last_error="checking…")
+        record("cluster_account.verify", actor=request.user, target=account, cluster=slug)
+        enqueue_on_commit(VERIFY_ACCOUNT, account.pk)
     messages.info(request, f"Checking the link to {account.cluster.name}…")
     return redirect("cluster-accounts")
 

@@ -5,6 +5,8 @@ import uuid
 from django.conf import settings
 from django.db import models
 
+from portal.budgets.actions import Money
+
 
 class JobState(models.TextChoices):
     QUEUED = "queued", "Queued"  # recorded by the portal, waiting for a worker to submit it
@@ -132,6 +134,16 @@ class Job(models.Model):
     @property
     def is_active(self) -> bool:
         return self.state in ACTIVE_STATES
+
+    @property
+    def estimate(self) -> Money | None:
+        """What was reserved for it, in the unit of the project's budget."""
+        return None if self.estimate_amount is None else Money(self.estimate_amount, self.estimate_unit)
+
+    @property
+    def cost(self) -> Money | None:
+        """What it was charged when it ended, in the same unit as its estimate."""
+        return None if self.cost_amount is None else Money(self.cost_amount, self.estimate_unit)
 
     @property
     def can_cancel(self) -> bool:

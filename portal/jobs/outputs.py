@@ -1,7 +1,10 @@
-"""Bringing a job's output home (worker side): stdout/stderr as it grows, and at the end what it left in outputs/.
+"""Bringing a job's output home (worker side): stdout/stderr as it grows, and at the end what it left in outputs/
+and, for a health check, its measurements.
 
-Names come from the cluster, so they are untrusted: only plain relative paths are kept. Files are copied up to
-a per-job budget (KAKEHASHI_OUTPUT_COPY_BYTES); larger ones are listed and stay on the cluster.
+Web requests never reach a cluster (docs/decisions/0004): they read what a worker fetched, and ask for more
+with `request_output_refresh`. Names come from the cluster, so they are untrusted: only plain relative paths are
+kept. Files are copied up to a per-job budget (KAKEHASHI_OUTPUT_COPY_BYTES); larger ones are listed and stay on
+the cluster.
 """
 
 from __future__ import annotations
@@ -9,58 +12,39 @@ from __future__ import annotations
 import re
 
 from django.conf import settings
-from django.core.files.base import ContentFile
-from django.core.files.storage import default_storage
+from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
 from backends.base import OUTPUTS_DIR
+from portal.catalog.actions import HEALTH_FILE, parse_health, record_measurement
 from portal.clusters.connect import account_for, backend_for
-from portal.jobs.models import FINAL_STATES, Job, JobArtifact, JobOutput
+from portal.enqueue import FETCH_OUTPUT, enqueue
+from portal.jobs import locks
+from portal.jobs.models import FINAL_STATES, Job, JobArtifact, JobOutput, JobState
+from portal.storage.actions import save_job_output
 
 _SAFE_PATH = re.compile(r"[A-Za-z0-9_.+=,@-]+(/[A-Za-z0-9_.+=,@-]+)*")
 MAX_FILES = 200
+OUTPUT_CAP = 8 * 1024 * 1024  # bytes of each stream kept in the portal; the rest stays on the cluster
 
 
 def _safe(path: str) -> bool:
     return bool(_SAFE_PATH.fullmatch(path)) and not any(part in {".", ".."} for part in path.split("/"))
 
 
-def collect_artifacts(job: Job) -> list[JobArtifact]:
-    # Two final fetches may race (the tracker's and a log view's): the job row lock lets one collect.
-    with transaction.atomic():
-        Job.objects.select_for_update().filter(pk=job.pk).first()
-        if job.artifacts.exists() or not job.remote_dir:
-            return list(job.artifacts.all())
-        return _collect(job)
+def _backend(job: Job):
+    return backend_for(job.cluster, account_for(job.cluster, job.user, job.project))
 
 
-def _collect(job: Job) -> list[JobArtifact]:
-    backend = backend_for(job.cluster, account_for(job.cluster, job.user, job.project))
-    outputs = f"{job.remote_dir.rstrip('/')}/{OUTPUTS_DIR}"
-    import shlex
-
-    listing = backend.transport.run_shell(
-        f"find {shlex.quote(outputs)} -maxdepth 4 -type f -printf '%s\\t%P\\n' 2>/dev/null | head -n {MAX_FILES}"
-    )
-    budget = settings.KAKEHASHI_OUTPUT_COPY_BYTES
-    artifacts = []
-    for line in listing.stdout.splitlines():
-        size_text, _, path = line.partition("\t")
-        if not size_text.isdigit() or not _safe(path):
-            continue
-        size = int(size_text)
-        stored_name = ""
-        if size <= budget:
-            data = backend.transport.read_file(f"{outputs}/{path}", limit=size + 1)
-            if len(data) == size:
-                stored_name = default_storage.save(f"jobs/{job.uuid}/outputs/{path}", ContentFile(data))
-                budget -= size
-        artifacts.append(JobArtifact.objects.create(job=job, path=path, size=size, stored_name=stored_name))
-    return artifacts
-
-
-OUTPUT_CAP = 8 * 1024 * 1024  # bytes of each stream kept in the portal; the rest stays on the cluster
+def request_output_refresh(job: Job, min_interval: float = 2.0) -> bool:
+    """Ask a worker to fetch new output of a job, at most once per `min_interval` seconds per job."""
+    if not job.scheduler_id:
+        return False
+    if cache.add(f"kakehashi:fetch-output:{job.pk}", 1, timeout=min_interval):
+        enqueue(FETCH_OUTPUT, job.pk)
+        return True
+    return False
 
 
 def fetch_output(job_id: int) -> dict[str, int]:
@@ -73,13 +57,12 @@ def fetch_output(job_id: int) -> dict[str, int]:
     if not job.remote_dir or not job.scheduler_id:
         return {}
     final = job.state in FINAL_STATES
-    account = account_for(job.cluster, job.user, job.project)
-    backend = backend_for(job.cluster, account)
+    backend = _backend(job)
     added = {}
     for stream in ("stdout", "stderr"):
         JobOutput.objects.get_or_create(job=job, stream=stream)
         with transaction.atomic():
-            out = JobOutput.objects.select_for_update().get(job=job, stream=stream)
+            out = locks.job_output(job, stream)
             if out.complete:
                 continue
             have = len(bytes(out.data))
@@ -102,3 +85,42 @@ def output_of(job: Job, stream: str, offset: int = 0) -> tuple[bytes, bool, bool
     if out is None:
         return b"", False, False
     return bytes(out.data)[offset:], out.truncated, out.complete
+
+
+def collect_artifacts(job: Job) -> list[JobArtifact]:
+    # Two final fetches may race (the tracker's and a log view's): the job row lock lets one collect.
+    with transaction.atomic():
+        locks.job_row(job.pk)
+        if job.artifacts.exists() or not job.remote_dir:
+            return list(job.artifacts.all())
+        return _collect(job)
+
+
+def _collect(job: Job) -> list[JobArtifact]:
+    backend = _backend(job)
+    budget = settings.KAKEHASHI_OUTPUT_COPY_BYTES
+    artifacts = []
+    for remote in backend.list_outputs(job.remote_dir, limit=MAX_FILES):
+        if not _safe(remote.path):
+            continue
+        stored_name = ""
+        if remote.size <= budget:
+            data = backend.read_file(job.remote_dir, f"{OUTPUTS_DIR}/{remote.path}", limit=remote.size + 1)
+            if len(data) == remote.size:
+                stored_name = save_job_output(job.uuid, remote.path, data)
+                budget -= remote.size
+        artifacts.append(JobArtifact.objects.create(job=job, path=remote.path, size=remote.size, stored_name=stored_name))
+    return artifacts
+
+
+def record_health_check(job_id: int) -> dict | None:
+    """Fetch a finished health-check job's result from the cluster and store it with the hardware (worker side)."""
+    job = Job.objects.select_related("cluster", "hardware", "project", "user").get(pk=job_id)
+    if job.state != JobState.COMPLETED or job.hardware is None:
+        return None
+    raw = _backend(job).read_file(job.remote_dir, HEALTH_FILE, limit=256 * 1024)
+    if not raw:
+        return None
+    measured = {**parse_health(raw), "job": job.pk, "nodes": job.nodes}
+    record_measurement(job.hardware, measured, project=job.project, job_id=job.pk)
+    return measured

@@ -8,18 +8,13 @@ from dataclasses import replace
 
 from backends.base import ArrayElement, JobSpec, Launcher, Resources
 from portal.catalog import job_templates
-from portal.clusters.models import Allocation, Cluster, Kind
+from portal.clusters.connect import job_dir
+from portal.clusters.models import Allocation, Cluster
 
 
 def scheduler_name(job_uuid: uuid_mod.UUID, name: str) -> str:
     # Unique across portal instances and database resets, so a retry can look the job up by name.
     return f"kh-{job_uuid.hex[:10]}-{name}"[:63]
-
-
-def remote_dir(cluster: Cluster, name: str) -> str:
-    if cluster.kind == Kind.LOCAL:
-        return name
-    return f"{cluster.work_root.rstrip('/')}/{name}"
 
 
 def group_for(project, cluster: Cluster) -> str:
@@ -71,7 +66,7 @@ def build_spec(job, *, group: str | None = None) -> JobSpec:
         payload=payload,
         walltime_seconds=job.walltime_seconds,
         resources=resources,
-        workdir=job.remote_dir or remote_dir(job.cluster, name),
+        workdir=job.remote_dir or job_dir(job.cluster, name),
         group=group if group is not None else group_for(job.project, job.cluster),
         modules=tuple(software.modules) if software and software.kind == "modules" else (),
         container=software.image if software and software.kind == "container" else "",
@@ -81,6 +76,7 @@ def build_spec(job, *, group: str | None = None) -> JobSpec:
         procs_per_node=job.procs_per_node,
         cwd=job.working_directory,
         files=files,
+        labels={"project": job.project.slug, "job": job.uuid.hex, "user": job.user.username},
     )
 
 
@@ -91,4 +87,6 @@ def build_array_spec(jobs, name: str, workdir: str) -> JobSpec:
     """
     first = jobs[0]
     elements = tuple(ArrayElement(job.array_index, env=parameter_env(job), files=_parameter_files(job)) for job in jobs)
-    return replace(build_spec(first), name=name, workdir=workdir, env=dict(first.env or {}), array=elements)
+    spec = build_spec(first)
+    return replace(spec, name=name, workdir=workdir, env=dict(first.env or {}), array=elements,
+                   labels={**spec.labels, "job": name})

@@ -1,4 +1,7 @@
-"""Celery tasks for jobs: thin, take IDs, idempotent; the work is in actions, tracking and outputs."""
+"""Celery tasks for jobs: thin, take IDs, idempotent; the work is in actions, tracking and outputs.
+
+Tasks import actions, never the reverse: actions ask for these by name through `portal.enqueue`.
+"""
 
 from __future__ import annotations
 
@@ -66,18 +69,6 @@ def fetch_output_task(job_id: int) -> dict:
     return outputs.fetch_output(job_id)
 
 
-def request_output_refresh(job: Job, min_interval: float = 2.0) -> bool:
-    """Ask a worker to fetch new output of a job, at most once per `min_interval` seconds per job."""
-    if not job.scheduler_id:
-        return False
-    if cache.add(f"kakehashi:fetch-output:{job.pk}", 1, timeout=min_interval):
-        fetch_output_task.delay(job.pk)
-        return True
-    return False
-
-
 @shared_task
 def record_health_check_task(job_id: int) -> dict | None:
-    from portal.catalog.actions import record_health_check
-
-    return record_health_check(job_id)
+    return outputs.record_health_check(job_id)

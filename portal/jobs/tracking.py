@@ -14,12 +14,11 @@ from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
-from backends.base import BackendError, JobRecord, State
-from backends.transport import TransportError
-from portal.clusters.connect import NoClusterAccount, account_for, backend_for
-from portal.clusters.models import Cluster, ClusterAccount, Kind
-from portal.jobs.models import FINAL_STATES, TRACKED_STATES, Job, JobEvent, JobState
-from portal.jobs.transitions import locked_job, transition
+from backends.base import BackendError, JobRecord, State, TransportError
+from portal.clusters.connect import NoClusterAccount, account_for, backend_for, monitor_account
+from portal.clusters.models import Cluster
+from portal.jobs import events, locks, transitions
+from portal.jobs.models import FINAL_STATES, TRACKED_STATES, Job, JobState
 
 logger = logging.getLogger(__name__)
 
@@ -45,23 +44,6 @@ class TrackReport:
     error: str = ""
 
 
-def _monitor_account(cluster: Cluster, jobs: list[Job]) -> ClusterAccount | None:
-    """Whose connection asks the scheduler about everyone's jobs (queues are readable by all users)."""
-    if cluster.kind == Kind.LOCAL:
-        return None
-    monitor = cluster.options.get("monitor_username")
-    if monitor:
-        account = ClusterAccount.objects.filter(cluster=cluster, username=monitor).first()
-        if account:
-            return account
-    for job in jobs:
-        try:
-            return account_for(cluster, job.user, job.project)
-        except NoClusterAccount:
-            continue
-    return None
-
-
 def track_cluster(cluster_id: int) -> TrackReport:
     """One status query for all of a cluster's active jobs; final states from accounting; lost ones flagged."""
     report = TrackReport()
@@ -77,7 +59,8 @@ def track_cluster(cluster_id: int) -> TrackReport:
     ids = [job.scheduler_id for job in jobs]
     report.queried = len(ids)
     try:
-        backend = backend_for(cluster, _monitor_account(cluster, jobs))
+        # One identity asks about everyone's jobs: queues are readable by all users (docs/decisions/0003).
+        backend = backend_for(cluster, monitor_account(cluster, [(job.user, job.project) for job in jobs]))
         statuses = backend.statuses(ids)
         report.scheduler_calls += 1
         gone = [job for job in jobs if job.scheduler_id not in statuses or statuses[job.scheduler_id].state.is_final]
@@ -114,9 +97,7 @@ def track_cluster(cluster_id: int) -> TrackReport:
                 report.lost += 1
         if status is not None and status.stuck:
             report.removed += remove_stuck_entry(job.pk)
-    seen = [job.pk for job in jobs if job.scheduler_id in statuses or job.scheduler_id in records]
-    if seen:
-        Job.objects.filter(pk__in=seen).update(last_seen_at=now)
+    transitions.mark_seen([job.pk for job in jobs if job.scheduler_id in statuses or job.scheduler_id in records], now)
     return report
 
 
@@ -139,7 +120,7 @@ def apply_status(job_id: int, expected: str, new: str, reason: str = "") -> bool
     if expected == new:
         return False
     with transaction.atomic():
-        job = locked_job(job_id)
+        job = locks.job(job_id)
         if job.state != expected or new not in {JobState.PENDING, JobState.RUNNING}:
             return False
         if new == JobState.PENDING and job.state in {JobState.RUNNING, JobState.LOST}:
@@ -147,13 +128,13 @@ def apply_status(job_id: int, expected: str, new: str, reason: str = "") -> bool
         fields = {}
         if new == JobState.RUNNING and job.started_at is None:
             fields["started_at"] = timezone.now()
-        transition(job, new, reason=reason or "seen by the scheduler", **fields)
+        transitions.transition(job, new, reason=reason or "seen by the scheduler", **fields)
     return True
 
 
 def finish_job(job_id: int, rec: JobRecord) -> bool:
     with transaction.atomic():
-        job = locked_job(job_id)
+        job = locks.job(job_id)
         if job.state in FINAL_STATES:
             return False
         new = _STATE_MAP[rec.state]
@@ -170,7 +151,7 @@ def finish_job(job_id: int, rec: JobRecord) -> bool:
         elapsed = rec.elapsed_seconds
         if elapsed is None and started is not None:
             elapsed = max(int((ended - started).total_seconds()), 0)
-        transition(
+        transitions.transition(
             job,
             new,
             reason=reason,
@@ -185,18 +166,18 @@ def finish_job(job_id: int, rec: JobRecord) -> bool:
 def flag_lost_if_silent(job_id: int, now) -> bool:
     """A job neither the queue nor accounting knows is flagged `lost` once it has been silent long enough."""
     with transaction.atomic():
-        job = locked_job(job_id)
+        job = locks.job(job_id)
         if job.state not in {JobState.PENDING, JobState.RUNNING}:
             return False
         last = job.last_seen_at or job.submitted_at or job.updated_at
         if job.cancel_requested_at and (now - job.cancel_requested_at).total_seconds() > 5:
             # Schedulers keep no accounting for a job deleted while it waited (SGE, for one): that is our cancel.
-            transition(job, JobState.CANCELLED, reason="cancelled by request (the scheduler keeps no record)",
+            transitions.transition(job, JobState.CANCELLED, reason="cancelled by request (the scheduler keeps no record)",
                         ended_at=now)
             return True
         if last and (now - last).total_seconds() < settings.KAKEHASHI_LOST_AFTER_SECONDS:
             return False
-        transition(
+        transitions.transition(
             job,
             JobState.LOST,
             reason="neither the scheduler's queue nor its accounting knows this job; an admin should check it",
@@ -219,9 +200,7 @@ def remove_stuck_entry(job_id: int) -> int:
         backend_for(job.cluster, account_for(job.cluster, job.user, job.project)).cancel(job.scheduler_id)
     except (BackendError, TransportError, NoClusterAccount) as exc:
         logger.warning("could not delete stuck scheduler job %s of job %s: %s", job.scheduler_id, job.pk, exc)
-        note = f"still in the scheduler's queue in an error state; deleting it failed: {exc}"
-        JobEvent.objects.create(job=job, from_state=job.state, to_state=job.state, reason=note[:2000])
+        events.noted(job, f"still in the scheduler's queue in an error state; deleting it failed: {exc}")
         return 0
-    JobEvent.objects.create(job=job, from_state=job.state, to_state=job.state,
-                            reason="deleted from the scheduler's queue, where it was stuck in an error state")
+    events.noted(job, "deleted from the scheduler's queue, where it was stuck in an error state")
     return 1

@@ -1,24 +1,34 @@
-"""The one way a Job changes state: `transition` on a locked row, in the caller's transaction.
+"""The one writer of a Job's lifecycle: new jobs, state changes, notes and the dispatch bookkeeping.
 
-It checks the move against ALLOWED_TRANSITIONS, writes the JobEvent, and when the job ends settles its cost and
-asks a worker to bring its output home.
+Everything here runs on rows the caller locked (portal/jobs/locks.py), in the caller's transaction. A state
+change is checked against ALLOWED_TRANSITIONS and written with its event (portal/jobs/events.py); when a job
+ends its cost is settled (budget row locked after the job's, as the lock order says) and a worker is asked, by
+task name once the transaction commits, to bring its output home.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
-from django.db import transaction
 from django.utils import timezone
 
+from portal import enqueue
 from portal.budgets import actions as budgets
 from portal.catalog import job_templates
-from portal.jobs.models import FINAL_STATES, Job, JobEvent, JobState
+from portal.jobs import events
+from portal.jobs.models import FINAL_STATES, Job, JobState
+
+
+def record_new(jobs: Sequence[Job], *, reason: str, actor=None) -> None:
+    """Save prepared jobs (queued) and their first events."""
+    Job.objects.bulk_create(jobs)
+    events.submitted(jobs, reason=reason, actor=actor)
 
 
 def transition(job: Job, to: str, *, reason: str = "", actor=None, **fields: Any) -> None:
-    """Move a locked job to `to`, write its event, and settle money when it ends. Inside a transaction."""
+    """Move a locked job to `to`, write its event, and settle money when it ends."""
     job.check_transition(to)
     from_state = job.state
     job.state = to
@@ -26,16 +36,15 @@ def transition(job: Job, to: str, *, reason: str = "", actor=None, **fields: Any
     for name, value in fields.items():
         setattr(job, name, value)
     job.save()
-    JobEvent.objects.create(job=job, from_state=from_state, to_state=to, reason=reason, actor=actor)
+    events.moved([(job, from_state)], to, reason=reason, actor=actor)
     if to in FINAL_STATES:
         _settle(job)
         if job.scheduler_id:
             # Keep the final stdout/stderr in the portal: the cluster's copy may be purged later.
-            job_id = job.pk
-            transaction.on_commit(lambda: _enqueue_fetch_output(job_id))
+            enqueue.enqueue_on_commit(enqueue.FETCH_OUTPUT, job.pk)
             template = job_templates.get(job.template)
             if template is not None and template.records_health and to == JobState.COMPLETED:
-                transaction.on_commit(lambda: _enqueue_health_record(job_id))
+                enqueue.enqueue_on_commit(enqueue.RECORD_HEALTH_CHECK, job.pk)
 
 
 def transition_many(jobs: Sequence[Job], to: str, *, reason: str, actor=None, also: Sequence[str] = (),
@@ -50,29 +59,46 @@ def transition_many(jobs: Sequence[Job], to: str, *, reason: str, actor=None, al
     if not jobs:
         return
     now = timezone.now()
-    events = []
+    moves = []
     for job in jobs:
         job.check_transition(to)
-        events.append(JobEvent(job=job, from_state=job.state, to_state=to, reason=reason, actor=actor))
+        moves.append((job, job.state))
         job.state, job.state_reason, job.updated_at = to, reason, now
         for name, value in fields.items():
             setattr(job, name, value)
     Job.objects.filter(pk__in=[job.pk for job in jobs]).update(state=to, state_reason=reason, updated_at=now, **fields)
     if also:
         Job.objects.bulk_update(jobs, list(also))
-    JobEvent.objects.bulk_create(events)
+    events.moved(moves, to, reason=reason, actor=actor)
 
 
-def _enqueue_health_record(job_id: int) -> None:
-    from portal.jobs.tasks import record_health_check_task
+def note(job: Job, reason: str, *, actor=None, **fields: Any) -> None:
+    """Record on a locked job something that changes no state (a cancel asked for), with the fields it sets."""
+    update([job], **fields)
+    events.noted(job, reason, actor=actor)
 
-    record_health_check_task.delay(job_id)
+
+def update(jobs: Sequence[Job], **fields: Any) -> None:
+    """Bookkeeping that changes no state and needs no event (a dispatch lease, why a submit will be retried)."""
+    if not jobs or not fields:
+        return
+    now = timezone.now()
+    for job in jobs:
+        for name, value in fields.items():
+            setattr(job, name, value)
+        job.updated_at = now
+    Job.objects.filter(pk__in=[job.pk for job in jobs]).update(updated_at=now, **fields)
 
 
-def _enqueue_fetch_output(job_id: int) -> None:
-    from portal.jobs.tasks import fetch_output_task
+def mark_seen(job_ids: Sequence[int], at: datetime) -> None:
+    """The scheduler still knows these jobs (what tells a quiet job from a lost one)."""
+    if job_ids:
+        Job.objects.filter(pk__in=job_ids).update(last_seen_at=at)
 
-    fetch_output_task.delay(job_id)
+
+def mark_reminded(job_id: int, at: datetime) -> bool:
+    """Note that the owner was reminded of a long-running job; False if someone already did (compare-and-set)."""
+    return Job.objects.filter(pk=job_id, reminded_at__isnull=True).update(reminded_at=at) == 1
 
 
 def _settle(job: Job) -> None:
@@ -83,7 +109,3 @@ def _settle(job: Job) -> None:
         job.cost_amount = actual
         job.save(update_fields=["cost_amount"])
     budgets.settle(job, actual)
-
-
-def locked_job(job_id: int) -> Job:
-    return Job.objects.select_for_update(of=("self",)).select_related("project", "cluster", "hardware").get(pk=job_id)

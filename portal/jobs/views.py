@@ -5,19 +5,20 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpResponse
+from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from portal.catalog import job_templates
 from portal.catalog import queries as catalog
 from portal.jobs import actions, outputs
+from portal.jobs.actions import format_walltime
 from portal.jobs.forms import JobForm
 from portal.jobs.models import Job, JobGroup, JobState
+from portal.jobs.outputs import request_output_refresh
 from portal.jobs.queries import visible_jobs
-from portal.jobs.tasks import request_output_refresh
-from portal.jobs.validation import format_walltime
 from portal.projects import access
+from portal.storage.actions import open_job_output
 
 # htmx stops polling when a response has this status.
 STOP_POLLING = 286
@@ -142,8 +143,7 @@ def job_preview(request):
                 prepared = sweep.submissions[0]
                 context["sweep_count"] = len(sweep.submissions)
                 context["sweep_array"] = sweep.array
-                if prepared.estimate is not None:
-                    prepared.estimate = actions.budgets.Money(sweep.estimate_total, prepared.estimate.unit)
+                prepared.estimate = sweep.estimate
             else:
                 prepared = actions.prepare_job(request.user, job_request, require_account=False)
         except actions.SubmitError as exc:
@@ -172,10 +172,7 @@ def _detail_context(request, job: Job) -> dict:
     return {
         "job": job,
         "events": job.events.select_related("actor"),
-        "can_cancel": job.can_cancel and (
-            (job.user_id == request.user.pk and access.can(request.user, job.project, "submit"))
-            or access.can(request.user, job.project, "manage_jobs")
-        ),
+        "can_cancel": job.can_cancel and actions.may_cancel(request.user, job),
         "walltime": format_walltime(job.walltime_seconds),
     }
 
@@ -252,14 +249,11 @@ def job_group(request, pk: int):
 @login_required
 def job_artifact(request, pk: int, artifact_id: int):
     """Download a copied output file of a job you can see."""
-    from django.core.files.storage import default_storage
-    from django.http import FileResponse, Http404
-
     job = _job_or_404(request.user, pk)
     artifact = get_object_or_404(job.artifacts, pk=artifact_id)
     if not artifact.stored_name:
         raise Http404("this output was too large to copy; it is in the job directory on the cluster")
-    return FileResponse(default_storage.open(artifact.stored_name, "rb"), as_attachment=True,
+    return FileResponse(open_job_output(artifact.stored_name), as_attachment=True,
                         filename=artifact.path.rsplit("/", 1)[-1])
 
 

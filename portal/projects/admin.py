@@ -1,6 +1,5 @@
 from django.contrib import admin
 
-from portal.clusters.models import Allocation
 from portal.projects.models import Membership, Project
 
 
@@ -10,15 +9,10 @@ class MembershipInline(admin.TabularInline):
     autocomplete_fields = ["user"]
 
 
-class AllocationInline(admin.TabularInline):
-    model = Allocation
-    extra = 1
-    filter_horizontal = ["hardware"]
-
-
 @admin.register(Project)
 class ProjectAdmin(admin.ModelAdmin):
-    list_display = ["slug", "name", "max_walltime_hours", "remind_after_hours", "created_at"]
+    list_display = ["slug", "name", "max_walltime_hours", "remind_after_hours", "storage_quota_bytes", "created_at"]
     search_fields = ["slug", "name"]
     prepopulated_fields = {"slug": ["name"]}
-    inlines = [MembershipInline, AllocationInline]
+    # The clusters app adds its allocations here (portal/clusters/admin.py): projects know nothing of clusters.
+    inlines = [MembershipInline]

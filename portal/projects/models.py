@@ -32,6 +32,9 @@ class Project(models.Model):
     # the submitter that a job is still running.
     max_walltime_hours = models.PositiveIntegerField(null=True, blank=True)
     remind_after_hours = models.PositiveIntegerField(null=True, blank=True, default=24)
+    # Bytes the project's shared storage may hold (files and uploads under way); blank: the site's default
+    # (KAKEHASHI_STORAGE_QUOTA_BYTES); 0: no limit. Set by site admins.
+    storage_quota_bytes = models.PositiveBigIntegerField(null=True, blank=True)
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="projects")
 
     class Meta:

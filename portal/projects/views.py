@@ -1,35 +1,12 @@
+"""A project's members page (the project pages themselves are overview pages: portal/overview/views.py)."""
+
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.shortcuts import get_object_or_404, render
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.shortcuts import get_object_or_404, redirect, render
 
-from portal.jobs.models import Job
-from portal.projects import access, queries
-from portal.projects.models import Project
-
-
-@login_required
-def dashboard(request):
-    projects = queries.project_cards(request.user)
-    jobs = Job.objects.filter(project__in=access.visible_projects(request.user)).select_related("project", "cluster", "hardware")[:10]
-    return render(request, "dashboard.html", {"projects": projects, "jobs": jobs})
-
-
-@login_required
-def project_list(request):
-    return render(request, "projects/list.html", {"projects": queries.project_cards(request.user)})
-
-
-@login_required
-def project_detail(request, slug: str):
-    project = get_object_or_404(access.visible_projects(request.user), slug=slug)
-    context = queries.project_page(request.user, project)
-    return render(request, "projects/detail.html", context)
-
-
-@login_required
-def budget_bar(request, slug: str):
-    """The budget bar alone, polled by the project page so spending shows while jobs run."""
-    project = _project_or_404(request.user, slug)
-    return render(request, "partials/budget_bar.html", {"budget": queries.budget_summary(project)})
+from portal.projects import access, actions, queries
+from portal.projects.models import Membership, Project, Role
 
 
 def _project_or_404(user, slug: str) -> Project:
@@ -38,13 +15,6 @@ def _project_or_404(user, slug: str) -> Project:
 
 @login_required
 def members(request, slug: str):
-    from django.contrib import messages
-    from django.core.exceptions import PermissionDenied, ValidationError
-    from django.shortcuts import redirect
-
-    from portal.projects import actions
-    from portal.projects.models import Membership, Role
-
     project = _project_or_404(request.user, slug)
     access.require(request.user, project, "view")
     if request.method == "POST":
@@ -64,6 +34,6 @@ def members(request, slug: str):
         except (ValidationError, PermissionDenied) as exc:
             messages.error(request, exc.messages[0] if isinstance(exc, ValidationError) else str(exc))
         return redirect("project-members", slug=project.slug)
-    context = queries.project_page(request.user, project)
+    context = queries.membership_page(request.user, project)
     context["roles"] = Role.choices
     return render(request, "projects/members.html", context)

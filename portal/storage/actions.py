@@ -1,7 +1,9 @@
-"""Project shared storage: checked paths, uploads into Django's default storage, downloads.
+"""Project shared storage: checked paths, uploads through the portal (file-system storage), downloads; and the
+copies of files jobs left in their outputs/.
 
-Only this module touches `default_storage`, through the plain Storage API (save, open, delete), so an S3
-backend (django-storages) can replace the file system by configuration alone.
+Only portal/storage touches `default_storage` (through the plain Storage API: save, open, delete) and the object
+store (portal/storage/objectstore.py). With an object store configured, files arrive by direct multipart
+uploads (portal/storage/uploads.py) and leave by presigned GETs; `store_file` is the simple path of `make run`.
 """
 
 from __future__ import annotations
@@ -13,13 +15,23 @@ import unicodedata
 from typing import IO
 
 from django.conf import settings
-from django.core.files.base import File
+from django.core.files.base import ContentFile, File
 from django.core.files.storage import default_storage
 from django.db import IntegrityError, transaction
 
 from portal.audit.actions import record
 from portal.projects import access
 from portal.projects.models import Project
+from portal.storage import objectstore, quota
+from portal.storage.errors import (  # noqa: F401 - the refusals callers catch, re-exported
+    FileExists,
+    FileMissing,
+    FileTooLarge,
+    QuotaExceeded,
+    StorageError,
+    StoreUnavailable,
+    UploadConflict,
+)
 from portal.storage.models import StoredFile
 
 log = logging.getLogger(__name__)
@@ -31,32 +43,6 @@ MAX_DEPTH = 32
 # systems and job scripts when files are staged for jobs: leaving out shell metacharacters ($ ` ; & | < > * ?
 # ! quotes) and backslashes means no later step can be tricked by a name, and every name is also a valid S3 key.
 _PART_RE = re.compile(r"^[\w .,+=@()\[\]{}~%#-]+$")
-
-
-class StorageError(Exception):
-    """An upload or download that cannot happen as asked. `status` is the HTTP status that fits."""
-
-    status = 400
-    code = "invalid"
-
-    def __init__(self, message: str, *, field: str | None = None) -> None:
-        super().__init__(message)
-        self.message, self.field = message, field
-
-
-class FileTooLarge(StorageError):
-    status = 413
-    code = "too_large"
-
-
-class FileExists(StorageError):
-    status = 409
-    code = "exists"
-
-
-class FileMissing(StorageError):
-    status = 404
-    code = "missing"
 
 
 def max_upload_bytes() -> int:
@@ -123,8 +109,15 @@ def _too_large_message() -> str:
     return f"the file is larger than the upload limit of {shown}; ask the site admins for another way to bring it in"
 
 
+MAX_KEY_BYTES = 1024  # S3's limit on a key
+
+
 def storage_key(project: Project, path: str) -> str:
-    return f"projects/{project.slug}/{path}"
+    key = f"projects/{project.slug}/{path}"
+    if len(key.encode()) > MAX_KEY_BYTES:
+        raise StorageError(f"the path is too long for the object store (its key may have at most {MAX_KEY_BYTES} "
+                           "bytes in UTF-8): shorten the folder or file names", field="path")
+    return key
 
 
 def _digest(upload: IO[bytes]) -> tuple[int, str]:
@@ -144,6 +137,12 @@ def store_file(user, project: Project, upload, *, path: str | None = None, overw
     `overwrite` is set, so a mistyped destination never destroys data silently.
     """
     access.require(user, project, "submit")
+    if objectstore.configured():
+        raise UploadConflict(
+            "this portal's files live in an object store: upload straight to it with POST "
+            f"/api/v1/projects/{project.slug}/uploads/ (kakehashi upload does), not through the portal",
+            code="use_direct_upload",
+        )
     if upload is None:
         raise StorageError("attach the file in the multipart field 'file'", field="file")
     clean = clean_path(path, getattr(upload, "name", None))
@@ -155,6 +154,7 @@ def store_file(user, project: Project, upload, *, path: str | None = None, overw
     existing = StoredFile.objects.filter(project=project, path=clean).first()
     if existing is not None and not overwrite:
         raise FileExists(f"{clean} already exists in project {project.slug}; upload with overwrite to replace it", field="path")
+    quota.check(project, size, freed=existing.size if existing is not None else 0)
 
     # Bytes first, under a key the storage picks (never clobbering the current file), then the row in one
     # transaction; the replaced bytes are deleted only after that commits.
@@ -186,6 +186,15 @@ def store_file(user, project: Project, upload, *, path: str | None = None, overw
     return stored, current is None
 
 
+def download_url(user, stored: StoredFile) -> str | None:
+    """A short-lived presigned GET of the object store for a stored file (Range requests work), or None when
+    files live on the portal's own disk and the caller streams them with open_file."""
+    access.require(user, stored.project, "view")
+    if not objectstore.configured():
+        return None
+    return objectstore.presigned_download(stored.storage_name, stored.filename, settings.KAKEHASHI_DOWNLOAD_URL_SECONDS)
+
+
 def open_file(user, stored: StoredFile) -> File:
     """The bytes of a stored file, for someone who can see its project (callers look it up visibly first)."""
     access.require(user, stored.project, "view")
@@ -194,6 +203,16 @@ def open_file(user, stored: StoredFile) -> File:
     except FileNotFoundError:
         log.error("stored file %s (%s) is missing from storage", stored.pk, stored.storage_name)
         raise FileMissing(f"the contents of {stored.path} are missing from storage; ask the site admins") from None
+
+
+def save_job_output(job_uuid, path: str, data: bytes) -> str:
+    """Keep a file a job left in its outputs/ (a checked relative path); the name to open it by later."""
+    return default_storage.save(f"jobs/{job_uuid}/outputs/{path}", ContentFile(data))
+
+
+def open_job_output(stored_name: str) -> File:
+    """The bytes of a job's kept output file (callers check that the job is visible first)."""
+    return default_storage.open(stored_name, "rb")
 
 
 def _delete_quietly(name: str) -> None:

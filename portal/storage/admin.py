@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from portal.storage.models import StoredFile
+from portal.storage.models import StoredFile, UploadSession
 
 
 @admin.register(StoredFile)
@@ -9,3 +9,18 @@ class StoredFileAdmin(admin.ModelAdmin):
     list_filter = ("project",)
     search_fields = ("path", "sha256")
     readonly_fields = ("project", "path", "storage_name", "size", "sha256", "uploaded_by", "created_at", "updated_at")
+
+
+@admin.register(UploadSession)
+class UploadSessionAdmin(admin.ModelAdmin):
+    """Uploads in flight and how they ended; they change only through the uploader (or the abandoned sweep)."""
+
+    list_display = ("path", "project", "size", "state", "created_by", "created_at", "last_activity_at")
+    list_filter = ("state", "project")
+    search_fields = ("path", "sha256", "upload_id")
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import uuid
+
 from django.conf import settings
 from django.db import models
 
@@ -7,8 +9,9 @@ from django.db import models
 class StoredFile(models.Model):
     """A file in a project's shared storage: its place in the project (`path`) and where the bytes are.
 
-    The bytes live in Django's default storage (the file system today, an S3 bucket later) under
-    `storage_name`, normally `projects/<slug>/<path>`; nothing else in the portal opens them directly.
+    The bytes live in the site's object store (or, for `make run`, the file system) under `storage_name`,
+    normally `projects/<slug>/<path>`; only portal/storage reads, signs or deletes them. A Dataset (a file, a
+    folder prefix of these paths, or a registered cluster path) will refer to rows like this one.
     """
 
     project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="files")
@@ -32,3 +35,63 @@ class StoredFile(models.Model):
     @property
     def filename(self) -> str:
         return self.path.rsplit("/", 1)[-1]
+
+
+class UploadState(models.TextChoices):
+    OPEN = "open", "Uploading"
+    COMPLETED = "completed", "Completed"
+    ABORTED = "aborted", "Aborted"
+
+
+class UploadSession(models.Model):
+    """One file on its way into the object store as an S3 multipart upload, straight from the uploader.
+
+    The portal creates it (path, size and quota checked), signs each part, lists the parts the store holds so
+    an interrupted upload resumes, and completes or aborts it; the bytes never pass through the portal. Until
+    it is completed it is not a StoredFile: an incomplete upload is never listed, staged or downloaded.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)  # not guessable, not counted
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="uploads")
+    path = models.CharField(max_length=512)
+    key = models.CharField(max_length=1024)  # where the completed file will be; see StoredFile.storage_name
+    size = models.PositiveBigIntegerField()
+    sha256 = models.CharField(max_length=64, blank=True)  # the whole file's, as the uploader computed it (by completion)
+    part_size = models.PositiveBigIntegerField()
+    upload_id = models.CharField(max_length=1024, blank=True)  # S3's
+    overwrite = models.BooleanField(default=False)
+    state = models.CharField(max_length=10, choices=UploadState.choices, default=UploadState.OPEN)
+    reason = models.CharField(max_length=500, blank=True)  # why it was aborted
+    stored_file = models.ForeignKey(StoredFile, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_activity_at = models.DateTimeField(auto_now=True)  # a part signed or listed; the abandon sweep reads it
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["state", "last_activity_at"]), models.Index(fields=["project", "state"])]
+
+    def __str__(self) -> str:
+        return f"{self.project.slug}:{self.path} ({self.state})"
+
+    @property
+    def part_count(self) -> int:
+        return max(1, -(-self.size // self.part_size))
+
+    def expected_part_size(self, number: int) -> int:
+        if number < self.part_count:
+            return self.part_size
+        return self.size - self.part_size * (self.part_count - 1)
+
+
+class UploadPart(models.Model):
+    """The SHA-256 the portal signed for one part (base64, as S3 writes it); completion hands them to the store,
+    which checks each against what it received."""
+
+    session = models.ForeignKey(UploadSession, on_delete=models.CASCADE, related_name="parts")
+    number = models.PositiveIntegerField()
+    sha256 = models.CharField(max_length=44)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["session", "number"], name="one_checksum_per_part")]

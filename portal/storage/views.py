@@ -10,7 +10,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 
 from portal.catalog.queries import submittable_projects
 from portal.projects import access
-from portal.storage import actions
+from portal.storage import actions, objectstore, quota
 from portal.storage.forms import UploadForm
 from portal.storage.queries import visible_files
 
@@ -44,6 +44,9 @@ def data_page(request):
     if project_filter:
         files = files.filter(project__slug=project_filter)
     return render(request, "storage/data.html", {
+        "direct_upload": objectstore.configured(),
+        "upload_projects": projects,
+        "quotas": [(p.slug, quota.usage(p)) for p in projects[:20]],
         "form": form,
         "files": files[:500],
         "projects": access.visible_projects(request.user),
@@ -57,10 +60,12 @@ def data_page(request):
 @login_required
 def download(request, pk: int):
     stored = get_object_or_404(visible_files(request.user), pk=pk)
+    url = actions.download_url(request.user, stored)
+    if url is not None:  # a presigned GET: the bytes come from the object store, never through the portal
+        return redirect(url)
     try:
         handle = actions.open_file(request.user, stored)
     except actions.StorageError as exc:
         messages.error(request, exc.message)
         return redirect("data")
-    # For S3 this becomes a redirect to a short-lived signed URL; the authorisation above stays the same.
     return FileResponse(handle, as_attachment=True, filename=stored.filename)

@@ -1,4 +1,5 @@
-"""Project files: upload, list, download through the API and the Data page; paths and sizes checked."""
+"""Project files kept on the portal's own disk (`make run`, no object store): upload through the portal, list,
+download; paths, sizes and the quota checked. Direct uploads to an object store: test_uploads.py."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ pytestmark = pytest.mark.django_db
 
 FILES = "/api/v1/projects/vision/files/"
 
+
+pytestmark = [pytestmark, pytest.mark.usefixtures("filesystem_storage")]
 
 def _upload(api, content: bytes = b"a,b\n1,2\n", name: str = "train.csv", url: str = FILES, **fields):
     return api.upload(url, {"file": SimpleUploadedFile(name, content), **fields})
@@ -89,6 +92,17 @@ def test_a_file_over_the_size_limit_is_refused(alice_api, settings):
     response = _upload(alice_api, b"x" * 11)
     assert response.status_code == 413 and response.json()["code"] == "too_large"
     assert StoredFile.objects.count() == 0
+
+
+def test_the_projects_quota_holds_on_the_disk_too(alice_api, local_site):
+    local_site.project.storage_quota_bytes = 10
+    local_site.project.save()
+    assert _upload(alice_api, b"x" * 6, path="a.txt").status_code == 201
+    refused = _upload(alice_api, b"y" * 6, path="b.txt")
+    assert refused.status_code == 413 and refused.json()["code"] == "quota_exceeded"
+    assert "4 bytes left of its 10 bytes storage quota" in refused.json()["detail"]
+    # Replacing a file frees its bytes.
+    assert _upload(alice_api, b"z" * 9, path="a.txt", overwrite="true").status_code == 200
 
 
 def test_a_body_declared_too_large_is_refused_before_it_is_read(alice_api, settings):

@@ -88,8 +88,9 @@ def test_a_token_is_created_shown_once_used_and_revoked(live_server, local_site,
 
 
 @pytest.fixture
-def media(settings, tmp_path):
-    settings.MEDIA_ROOT = str(tmp_path / "media")
+def media(filesystem_storage):
+    """The Data page of a site without an object store (`make run`); tests/browser/test_data_upload.py has the
+    direct uploads."""
 
 
 def test_a_file_is_uploaded_listed_and_downloaded_on_the_data_page(media, live_server, local_site, page, shots, tmp_path):

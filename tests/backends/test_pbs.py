@@ -30,7 +30,10 @@ from backends.base import (
     State,
     SubmitRefused,
 )
-from backends.pbs import PBSBackend, parse_duration, parse_qstat_json, parse_qstat_text, parse_time
+from backends.pbs import PBSBackend
+from backends.pbs_parse import parse_duration, parse_time
+from backends.pbspro import parse_qstat_json
+from backends.torque import parse_qstat_text
 from backends.transport import CommandResult, LocalTransport, Transport
 
 FIXTURES = Path(__file__).parent / "fixtures" / "pbspro"
@@ -233,7 +236,8 @@ def test_the_script_is_bash_that_enters_the_job_directory_and_reads_hosts_from_t
     assert lines[0] == "#!/bin/bash"
     # PBS starts a job in the home directory: leave it before anything is written.
     assert lines.index('cd "${PBS_O_WORKDIR:-$PWD}" || exit 1') < lines.index('export KAKEHASHI_JOB_DIR="$PWD"')
-    assert '{ cat "$PBS_NODEFILE" ; } 2>/dev/null | sort -u > hosts.txt' in lines
+    # Each host once, in the nodefile's order: the first is where the job script runs.
+    assert '{ cat "$PBS_NODEFILE" ; } 2>/dev/null | awk \'!seen[$0]++\' > hosts.txt' in lines
 
 
 @pytest.mark.parametrize(("job_id", "port"), [("4242[3].pbs01.example.org", "29742"), ("36", "29536"), ("", "29500")])
@@ -409,6 +413,40 @@ def test_every_recorded_pbspro_state_is_read_from_one_qstat_call(node):
     assert (queued_then_deleted.started_at, queued_then_deleted.ended_at) == (None, utc("2025-07-16 17:47:36"))
 
 
+# Other versions' answers (fixtures README): PBS Pro 19.0.0 at MetaCentrum and OpenPBS 19.0.0 and 23.06.06 test
+# servers, beside the 2021.1.3 and 2022.1.7 ones above.
+OTHER_VERSIONS = {
+    "openpbs-19.0-qstat-x-f-F-json-held.json": {"157.pbs": (State.PENDING, None, "held")},
+    "metacentrum-pbs-19.0-qstat-x-f-F-json-running.json": {
+        "12860476.meta-pbs.metacentrum.cz": (State.RUNNING, None, ""),
+    },
+    "openpbs-23.06-qstat-x-f-F-json.json": {
+        "1004.pbs": (State.COMPLETED, 0, ""),
+        "1005.pbs": (State.COMPLETED, 0, ""),
+        "1006.pbs": (State.RUNNING, None, ""),
+    },
+}
+
+
+@pytest.mark.parametrize("sample", OTHER_VERSIONS)
+def test_pbs_19_and_openpbs_23_answers_are_read_like_the_2021_and_2022_ones(node, sample):
+    node.stub("qstat", stdout=recorded(sample))
+    expected = OTHER_VERSIONS[sample]
+    statuses = PBSBackend(node).statuses(list(expected))
+    assert {i: (s.state, s.exit_code) for i, s in statuses.items()} == {i: e[:2] for i, e in expected.items()}
+    for job_id, (_, _, reason) in expected.items():
+        assert statuses[job_id].reason.startswith(reason), (job_id, statuses[job_id].reason)
+
+
+def test_an_openpbs_23_job_that_finished_has_its_times_from_the_history(node):
+    node.stub("qstat", stdout=recorded("openpbs-23.06-qstat-x-f-F-json.json"))
+    record = PBSBackend(node).final_records(["1004.pbs", "1006.pbs"])
+    assert set(record) == {"1004.pbs"}  # 1006 still runs
+    done = record["1004.pbs"]
+    assert (done.started_at, done.ended_at) == (utc("2025-06-19 10:36:47"), utc("2025-06-19 10:37:18"))
+    assert (done.elapsed_seconds, done.nodes, done.raw["Exit_status"], done.raw["substate"]) == (30, 1, "0", "92")
+
+
 def test_qsub_and_qstat_spelling_the_server_differently_still_match(node):
     node.stub("qstat", stdout=recorded("aurora-qstat-x-f-F-json.json"))
     statuses = PBSBackend(node).statuses(["6631289.aurora-pbs-0001", "6631290.aurora-pbs-0001"])
@@ -579,6 +617,22 @@ def test_a_real_pbs_server_says_the_exit_status_itself(node):
         "43[].torque01.bcgsc.ca can never be satisfied)"
     )
     assert record.ended_at == utc("2018-05-29 18:27:33")
+
+
+def test_a_real_pbs_server_job_that_exited_0_is_completed_and_its_comment_is_no_reason(node):
+    text = recorded("torque-pbs_server-qstat-f-completed.txt")
+    job_id = "9.torque01.bcgsc.ca"
+    node.stub("qstat", stdout=text)
+    backend = PBSBackend(node, {"dialect": "torque"})
+    record = backend.final_records([job_id])[job_id]
+    assert (record.state, record.exit_code, record.reason) == (State.COMPLETED, 0, "")
+    assert record.raw["comment"] == "Job started on Tue May 29 at 09:37"  # kept with the record, not shown as why
+    assert (record.started_at, record.ended_at, record.elapsed_seconds) == (
+        utc("2018-05-29 09:37:01"), utc("2018-05-29 09:38:01"), 60)
+    # Nor does that note explain a job that failed.
+    node.stub("qstat", stdout=text.replace("exit_status = 0", "exit_status = 3"))
+    failed = backend.final_records([job_id])[job_id]
+    assert (failed.state, failed.exit_code, failed.reason) == (State.FAILED, 3, "exit code 3")
 
 
 def test_a_broken_scheduler_is_an_error_not_an_empty_queue(node):

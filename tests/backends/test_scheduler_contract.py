@@ -77,7 +77,7 @@ PROFILES = [
         name="pbs-torque",
         login="pbs",
         make=_torque,
-        # The Torque dialect's GPU request, as the test cluster's wrappers understand it (see backends/pbs.py).
+        # The Torque dialect's GPU request, as the test cluster's wrappers understand it (see backends/torque.py).
         gpu_request={"gpus": 8, "gpu_type": "a100", "mapping": {}},
         gpu_check='echo "visible=$CUDA_VISIBLE_DEVICES"',
         gpu_evidence="visible=0,1,2,3,4,5,6,7",

@@ -1,10 +1,11 @@
 """Grid Engine backend without a cluster: rendering per site profile, the exact qsub command line, and parsing
-of qstat -xml / qacct / qsub outputs recorded from the test cluster's Son of Grid Engine 8.1.9
-(tests/backends/fixtures/sge, see its README). The same backend against the live daemons is in
-test_scheduler_contract.py."""
+of qstat -xml / qacct / qsub outputs recorded from the test cluster's Son of Grid Engine 8.1.9, and of what
+Univa/Altair Grid Engine, Open Grid Scheduler and SGE 6 printed at other sites (tests/backends/fixtures/sge, see
+its README for each file's source). The same backend against the live daemons is in test_scheduler_contract.py."""
 
 from __future__ import annotations
 
+import re
 import shlex
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,15 +14,8 @@ import pytest
 
 from backends.base import ArrayElement, BackendError, InvalidJobSpec, JobSpec, Resources, State, SubmitRefused
 from backends.safety import directive_lines
-from backends.sge import (
-    SGEBackend,
-    h_rt,
-    parse_find,
-    parse_qacct,
-    parse_qacct_time,
-    parse_qstat_xml,
-    task_ranges,
-)
+from backends.sge import SGEBackend, h_rt
+from backends.sge_parse import parse_find, parse_qacct, parse_qacct_time, parse_qstat_xml, task_ranges
 from backends.transport import CommandResult, Transport
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sge"
@@ -435,6 +429,8 @@ def test_an_array_job_is_one_record_spanning_its_tasks():
         ("Sun Nov 22 00:18:30 2026", datetime(2026, 11, 22, 0, 18, 30, tzinfo=UTC)),
         ("Mon Feb  2 07:05:09 2026", datetime(2026, 2, 2, 7, 5, 9, tzinfo=UTC)),
         ("11/22/2026 00:18:30.123", datetime(2026, 11, 22, 0, 18, 30, 123000, tzinfo=UTC)),  # Univa/Altair GE
+        # Open Cluster Scheduler 9 (SoGE's successor), as its sge_ctime64() formats them; no record was found.
+        ("2026-11-22 00:18:30.123456", datetime(2026, 11, 22, 0, 18, 30, 123456, tzinfo=UTC)),
         ("1795306886", datetime.fromtimestamp(1795306886, UTC)),
         ("-/-", None),
         ("undefined", None),
@@ -638,3 +634,145 @@ def test_a_lost_submit_reply_finds_the_array_by_its_job_number():
     # qacct prints the number once per task.
     accounted = "".join(f"{SWEEP}\n" for _ in range(8))
     assert parse_find(f"@@recorded\n@@queue\n@@accounting\n{accounted}") == SWEEP
+
+
+# ------------------------------------------------------------------------------ other sites' Grid Engines
+# Outputs published by sites running Univa/Altair Grid Engine, Open Grid Scheduler and older SGE (see the fixtures
+# README for where each comes from). The test cluster runs Son of Grid Engine; these are what it cannot show.
+
+
+@pytest.mark.parametrize(
+    ("sample", "job_id"),
+    [("univa-8.6.6-ttu-qstat-xml-j.xml", "748172"), ("ogs-ood-qstat-xml-j.xml", "942195")],
+)
+def test_a_lost_submit_reply_is_found_by_name_on_univa_and_open_grid_scheduler(sample, job_id):
+    # Their `qstat -xml -j NAME` has JB_job_number straight under <djob_info>, without SoGE's <element>.
+    # (The samples end without a newline; qstat's own output ends with one before the next marker.)
+    b = backend("tsubame", ok(f"@@recorded\n@@queue\n{fixture(sample).rstrip()}\n@@accounting\n"))
+    assert b.find(spec()) == job_id  # found: the retry records this id instead of submitting a second job
+
+
+def test_an_unknown_name_answered_with_xml_that_does_not_parse_falls_back_to_accounting():
+    # SGE 6's reply for a name it does not know has an element without a name (`<>`): not XML at all.
+    unknown = fixture("sge-6-ood-qstat-xml-j-unknown.xml")
+    assert "<>" in unknown
+    assert parse_find(f"@@recorded\n@@queue\n{unknown}\n@@accounting\n") is None
+    assert parse_find(f"@@recorded\n@@queue\n{unknown}\n@@accounting\n4711\n") == "4711"
+
+
+def test_jobs_listed_inside_each_queue_as_older_sge_prints_them_are_read_too():
+    # SGE 6 with -r/-f nests running jobs in <Queue-List> elements; waiting tasks of an array share one entry.
+    statuses = parse_qstat_xml(fixture("sge-6-ood-qstat-xml-r.xml"), {"88", "1045", "1046.3", "1046.4", "44"})
+    assert {i: s.state for i, s in statuses.items()} == {
+        "88": State.RUNNING,
+        "1045": State.PENDING,
+        "1046.3": State.PENDING,  # tasks 1-10:2 wait; task 4 is not one of them
+        "44": State.PENDING,
+    }
+    assert "held" in statuses["44"].reason
+
+
+def _with(text: str, key: str, value: str) -> str:
+    """A qacct record with one line's value replaced (for variants of a fixture)."""
+    new, count = re.subn(rf"^{key}( +).*$", lambda m: f"{key}{m.group(1)}{value}", text, flags=re.MULTILINE)
+    assert count == 1, key
+    return new
+
+
+@pytest.mark.parametrize(
+    ("sample", "job_id", "started", "elapsed"),
+    [
+        ("univa-abci-qacct-completed.txt", "12345", datetime(2018, 7, 1, 11, 55, 18, 170000, tzinfo=UTC), 0),
+        ("univa-eddie-qacct-completed.txt", "2701173", datetime(2020, 6, 11, 13, 22, 37, 680000, tzinfo=UTC), 314),
+    ],
+)
+def test_a_univa_job_that_exited_0_is_completed_with_its_own_times(sample, job_id, started, elapsed):
+    record = parse_qacct(fixture(sample), {job_id})[job_id]
+    assert (record.state, record.exit_code, record.reason) == (State.COMPLETED, 0, "")
+    assert record.started_at == started and record.ended_at > started  # MM/DD/YYYY with milliseconds
+    assert record.elapsed_seconds == elapsed  # ru_wallclock in fractional seconds ("314.272")
+    assert record.nodes == 1 and record.raw["deleted_by"] == "NONE" and "category" not in record.raw
+
+
+@pytest.mark.parametrize(
+    ("sample", "job_id"), [("qacct-h_rt.txt", IDS["hrt"]), ("univa-ihme-qacct-h_rt.txt", "11399639")]
+)
+def test_a_walltime_kill_is_timed_out_on_son_of_grid_engine_and_on_univa(sample, job_id):
+    # SoGE: `failed 37` names three limits and the category holds h_rt. Univa/Altair: `failed 44 : execd enforced
+    # h_rt limit` and no category line at all.
+    record = parse_qacct(fixture(sample), {job_id})[job_id]
+    assert record.state == State.TIMED_OUT and record.reason.startswith("walltime exceeded")
+
+
+def test_univa_says_which_limit_it_enforced_so_its_word_decides_whatever_the_times_say():
+    text = fixture("univa-ihme-qacct-h_rt.txt")
+    record = parse_qacct(text, {"11399639"})["11399639"]
+    assert record.state == State.TIMED_OUT
+    assert record.reason == "walltime exceeded (h_rt 1800 s)"  # -l h_rt=00:30:00 in submit_cmd
+    assert record.elapsed_seconds == 0  # ru_wallclock 0.812: the record does not bear the limit out, failed 44 does
+    # An exit status no shell returns is no exit code; accounting's own value stays with the record.
+    assert record.exit_code is None and record.raw["exit_status"] == "1377"
+    assert record.raw["failed"].startswith("44")
+    # Kakehashi writes h_rt as a `#$` line, which submit_cmd does not show (univa-eddie-qacct-completed.txt's job
+    # had `#$ -l h_rt` in its script): without any h_rt in the record the failure alone still says it.
+    from_script = parse_qacct(_with(text, "submit_cmd", "qsub -g grp job.sh"), {"11399639"})["11399639"]
+    assert (from_script.state, from_script.reason) == (State.TIMED_OUT, "walltime exceeded (execd enforced h_rt limit)")
+
+
+def test_a_univa_memory_limit_kill_is_failed_with_the_limit_it_names():
+    record = parse_qacct(fixture("constructed-univa-qacct-h_vmem.txt"), {"11399639"})["11399639"]
+    assert (record.state, record.exit_code) == (State.FAILED, 137)
+    assert record.reason == "killed by the scheduler: execd enforced h_vmem limit"
+
+
+def test_a_univa_job_deleted_while_running_is_cancelled_by_whoever_deleted_it():
+    record = parse_qacct(fixture("constructed-univa-qacct-qdel-running.txt"), {"12345"})["12345"]
+    assert (record.state, record.exit_code) == (State.CANCELLED, 137)
+    assert record.reason == "deleted (qdel by username@es1.abci.local) while running"
+
+
+def test_a_univa_job_killed_by_a_signal_nobody_sent_with_qdel_is_not_called_cancelled():
+    # SoGE keeps no deleted_by, so there `failed 100` with 137 is a qdel (qacct-qdel-running.txt). Univa/Altair
+    # write deleted_by NONE: the kill came from elsewhere (the kernel's OOM killer, a ulimit, the walltime).
+    text = fixture("constructed-univa-qacct-killed.txt")
+    record = parse_qacct(text, {"12345"})["12345"]
+    assert (record.state, record.exit_code) == (State.FAILED, 137)
+    assert record.reason.startswith("exit code 137 (SIGKILL)")
+    # The same kill once the whole h_rt on its command line (-l h_rt=600) was used is the walltime.
+    at_limit = parse_qacct(_with(text, "ru_wallclock", "600.020"), {"12345"})["12345"]
+    assert (at_limit.state, at_limit.reason) == (State.TIMED_OUT, "walltime exceeded (h_rt 600 s)")
+
+
+def test_an_exit_status_reads_the_same_on_son_of_grid_engine_and_on_univa():
+    soge = _with(fixture("qacct-completed.txt"), "exit_status", "137                  (Killed)")
+    univa = _with(fixture("univa-abci-qacct-completed.txt"), "exit_status", "137")
+    records = [parse_qacct(soge, {IDS["ok"]})[IDS["ok"]], parse_qacct(univa, {"12345"})["12345"]]
+    assert {(r.state, r.exit_code, r.reason) for r in records} == {(State.FAILED, 137, "exit code 137 (SIGKILL)")}
+    assert records[0].raw["exit_status"] == "137                  (Killed)"  # accounting's word, kept
+
+
+ABCI_REFUSALS = [tuple(line.split("\t")) for line in fixture("univa-abci-qsub-refusals.tsv").splitlines()]
+
+
+@pytest.mark.parametrize(("message", "status"), ABCI_REFUSALS)
+def test_abcis_qsub_refusals_are_refusals_in_its_own_words(message, status):
+    b = backend("abci", failed(f"{message}\n", status=int(status)))
+    with pytest.raises(SubmitRefused) as refused:
+        b.submit(spec(resources=Resources(nodes=1, mapping={"resource": "rt_F"})))
+    words = message.removeprefix("Unable to run job: ").removeprefix("job rejected: ")
+    assert str(refused.value) == words
+
+
+def test_abcis_qdel_reply_is_a_cancel_that_worked():
+    b = backend("abci", ok(fixture("univa-abci-qdel.txt")))
+    b.cancel("12345")
+    assert b.transport.commands == ["qdel 12345"]
+
+
+@pytest.mark.parametrize("message", fixture("altair-tsubame4-qsub-refusals.txt").splitlines())
+def test_tsubame4s_qsub_refusals_are_refusals_not_failures_to_retry(message):
+    # Retried, a refusal would only be refused again, and the researcher would never see why.
+    b = backend("tsubame", failed(f"{message}\n"))
+    with pytest.raises(SubmitRefused) as refused:
+        b.submit(spec())
+    assert str(refused.value) == message.removeprefix("Unable to run job: ")

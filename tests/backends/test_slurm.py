@@ -26,8 +26,9 @@ def test_directives_follow_the_hardware_and_the_project():
         "#SBATCH --error=stderr.log",
         "#SBATCH --time=2-01:01:01",
         "#SBATCH --nodes=2",
-        "#SBATCH --ntasks-per-node=8",
-        "#SBATCH --cpus-per-task=8",
+        # One torchrun agent per node holds the node's CPUs and starts the 8 processes itself.
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --cpus-per-task=64",
         "#SBATCH --partition=gpu",
         "#SBATCH --account=kkdemo",
         "#SBATCH --qos=high",
@@ -58,9 +59,18 @@ def test_an_array_element_enters_its_own_directory_and_takes_its_own_parameters(
         SlurmBackend(None).render(_spec(array=(ArrayElement(1, env={"A B": "x"}),)))
 
 
+@pytest.mark.parametrize(("launcher", "procs_per_node", "tasks", "cpus"), [
+    (Launcher.TORCHRUN, 0, 1, 64), (Launcher.TORCHRUN, 2, 1, 64),
+    (Launcher.MPIRUN, 0, 8, 8), (Launcher.MPIRUN, 4, 4, 16), (Launcher.SCRIPT, 0, 8, 8), (Launcher.SCRIPT, 1, 1, 64),
+])
+def test_the_allocation_holds_one_task_per_torchrun_agent_or_per_process(launcher, procs_per_node, tasks, cpus):
+    lines = SlurmBackend(None).directives(_spec(launcher=launcher, procs_per_node=procs_per_node))
+    assert f"#SBATCH --ntasks-per-node={tasks}" in lines and f"#SBATCH --cpus-per-task={cpus}" in lines
+
+
 def test_multi_node_torchrun_starts_one_agent_per_node_with_srun():
     script = SlurmBackend(None).render(_spec())
-    assert ("srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 torchrun --nnodes=2 --nproc-per-node=8 "
+    assert ("srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --kill-on-bad-exit=1 torchrun --nnodes=2 --nproc-per-node=8 "
             '--rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="${SLURM_JOB_ID:-kakehashi}" '
             '--no-python bash "$KAKEHASHI_JOB_DIR/payload.sh"') in script
     assert 'scontrol show hostnames "$SLURM_JOB_NODELIST"' in script
@@ -107,7 +117,7 @@ def test_a_container_runs_with_apptainer_and_gpus_and_mpi_codes_with_mpirun_nper
     spec = _spec(container="docker://nvcr.io/nvidia/pytorch:24.05-py3", launcher=Launcher.MPIRUN,
                  env={"NCCL_DEBUG": "INFO"})
     script = SlurmBackend(None).render(spec)
-    assert ("mpirun -npernode 8 -n 16 -hostfile hosts.txt -x MASTER_ADDR -x MASTER_PORT -x KAKEHASHI_JOB_DIR "
+    assert ("mpirun -npernode 8 -n 16 -hostfile \"$KAKEHASHI_JOB_DIR/hosts.txt\" -x MASTER_ADDR -x MASTER_PORT -x KAKEHASHI_JOB_DIR "
             "-x KAKEHASHI_OUTPUT_DIR -x NCCL_DEBUG apptainer exec --nv --bind \"$KAKEHASHI_JOB_DIR\" "
             "docker://nvcr.io/nvidia/pytorch:24.05-py3 bash \"$KAKEHASHI_JOB_DIR/payload.sh\"") in script
     sif = SlurmBackend(None).render(_spec(container="/shared/images/torch.sif", launcher=Launcher.SCRIPT,

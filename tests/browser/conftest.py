@@ -107,7 +107,7 @@ def log_in(page: Page, base_url: str, username: str, password: str = PASSWORD, *
     expect(page).to_have_url(re.compile(r"/accounts/login/"))
     page.get_by_label(re.compile(r"^(Login|Username)", re.I)).fill(username)
     page.get_by_label(re.compile(r"^Password")).fill(password)
-    page.get_by_role("button", name=re.compile(r"sign in", re.I)).click()
+    page.get_by_role("button", name="Sign In", exact=True).click()  # not "Sign in with a passkey"
     expect(page).not_to_have_url(re.compile(r"/accounts/login/"))
     expect(page.get_by_role("navigation", name="Main navigation")).to_contain_text(username)
 

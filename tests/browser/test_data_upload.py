@@ -1,21 +1,155 @@
-"""Uploading a file on the Data page shows its progress and lands in the project's storage."""
+"""Uploading on the Data page: files and folders go from Chromium straight to the object store (SeaweedFS), with a
+progress bar, and a reloaded page resumes where the upload stopped. On a site without an object store the page
+uploads through the portal, as before."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 
 import pytest
 from playwright.sync_api import expect
 
+from tests.browser.a11y import assert_no_violations
 from tests.browser.conftest import log_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
+MiB = 1024 * 1024
 
 
-def test_an_upload_shows_progress_and_the_file_appears(page, live_server, local_site, tmp_path, settings):
+@pytest.fixture
+def small_parts(settings):
+    settings.KAKEHASHI_UPLOAD_PART_BYTES = 5 * MiB
+
+
+def _row(page, path: str):
+    return page.locator("#file-table tr", has=page.get_by_role("link", name=path, exact=True))
+
+
+def _part_puts(page) -> list[str]:
+    seen: list[str] = []
+    page.on("request", lambda request: seen.append(request.url)
+            if request.method == "PUT" and "partNumber=" in request.url else None)
+    return seen
+
+
+def test_files_and_a_folder_upload_straight_to_the_store_with_progress_and_are_listed(
+        page, live_server, local_site, tmp_path, small_parts, object_store, settings, shots):
     from portal.storage.models import StoredFile
 
-    settings.MEDIA_ROOT = str(tmp_path / "media")
+    weights = tmp_path / "weights.bin"
+    weights.write_bytes(os.urandom(23 * MiB))
+    folder = tmp_path / "cifar"
+    (folder / "train").mkdir(parents=True)
+    (folder / "train" / "batch_1.bin").write_bytes(os.urandom(MiB))
+    (folder / "labels.txt").write_text("cat\ndog\n")
+
+    log_in(page, live_server.url, "alice")
+    page.goto(live_server.url + "/data/")
+    expect(page.get_by_role("heading", name="Upload files")).to_be_visible()
+    puts = _part_puts(page)
+    page.get_by_label("Files", exact=True).set_input_files(str(weights))
+    page.get_by_label("Or a folder").set_input_files(str(folder))
+    page.get_by_label(re.compile("^Into the folder")).fill("datasets/")
+    page.evaluate("""() => { window.kkBar = [];
+        new MutationObserver(() => window.kkBar.push(document.getElementById('upload-status').textContent))
+          .observe(document.getElementById('upload-status'), {childList: true, characterData: true, subtree: true}); }""")
+    page.get_by_role("button", name="Upload").click()
+    expect(page.locator("#upload-status")).to_contain_text("Uploaded 3 file(s)", timeout=60_000)
+    assert page.locator("#upload-bar").evaluate("bar => bar.value") == 100
+    seen = page.evaluate("window.kkBar")
+    assert any(re.match(r"\d+ % of 24\.0 MiB · [\d.]+ \w?i?B/s(, .+ left)?$", text) for text in seen), seen
+
+    expected = {
+        "datasets/weights.bin": weights.read_bytes(),
+        "datasets/cifar/train/batch_1.bin": (folder / "train" / "batch_1.bin").read_bytes(),
+        "datasets/cifar/labels.txt": b"cat\ndog\n",
+    }
+    for path, content in expected.items():
+        row = _row(page, path)
+        expect(row).to_contain_text(hashlib.sha256(content).hexdigest()[:12])
+        stored = StoredFile.objects.get(path=path)
+        assert stored.size == len(content) and stored.sha256 == hashlib.sha256(content).hexdigest()
+    expect(_row(page, "datasets/weights.bin")).to_contain_text("23.0 MB")
+    assert len(puts) == 5 + 1 + 1  # weights in five 5 MiB parts, one part each for the small files
+    shots(page, "uploaded")
+    assert_no_violations(page, "the Data page after an upload")
+
+    # The file downloads from the store itself.
+    with page.expect_download() as download:
+        page.get_by_role("link", name="datasets/cifar/labels.txt", exact=True).click()
+    assert open(download.value.path(), "rb").read() == b"cat\ndog\n"
+
+
+def test_a_page_reloaded_mid_upload_resumes_from_the_parts_already_in_the_store(
+        page, live_server, local_site, tmp_path, small_parts, object_store, shots):
+    from portal.storage.models import StoredFile, UploadSession
+
+    data = os.urandom(28 * MiB)  # six parts
+    local = tmp_path / "checkpoint.pt"
+    local.write_bytes(data)
+    log_in(page, live_server.url, "alice")
+    page.goto(live_server.url + "/data/")
+
+    # The network to the store stalls after the first two parts: later parts never get an answer.
+    stalled = []
+
+    def stall_late_parts(route):
+        number = int(re.search(r"partNumber=(\d+)", route.request.url).group(1))
+        if number <= 2:
+            route.continue_()
+        else:
+            stalled.append(number)
+
+    page.route(re.compile(r".*partNumber=\d+.*"), stall_late_parts)
+    done = []
+    page.on("requestfinished", lambda r: done.append(r.url) if r.method == "PUT" and "partNumber=" in r.url else None)
+    page.get_by_label("Files", exact=True).set_input_files(str(local))
+    page.get_by_role("button", name="Upload").click()
+    expect(page.locator("#upload-list")).to_contain_text("uploading")
+    page.wait_for_function("() => document.getElementById('upload-bar').value > 0", timeout=30_000)
+    for _ in range(150):
+        if len(done) >= 2 and stalled:
+            break
+        page.wait_for_timeout(100)
+    assert len(done) == 2 and stalled, (done, stalled)
+    shots(page, "stalled")
+
+    page.reload()  # the stalled parts are dropped with the page
+    page.unroute_all(behavior="ignoreErrors")
+    assert not StoredFile.objects.exists()
+    puts = _part_puts(page)
+    page.get_by_label("Files", exact=True).set_input_files(str(local))
+    page.get_by_role("button", name="Upload").click()
+    expect(page.locator("#upload-status")).to_contain_text("Uploaded 1 file(s)", timeout=60_000)
+    assert page.locator("#upload-bar").evaluate("bar => bar.value") == 100
+    sent = sorted(int(re.search(r"partNumber=(\d+)", url).group(1)) for url in puts)
+    assert sent == [3, 4, 5, 6]  # parts 1 and 2 were in the store already
+    assert UploadSession.objects.count() == 1
+    stored = StoredFile.objects.get()
+    assert stored.size == len(data) and stored.sha256 == hashlib.sha256(data).hexdigest()
+    expect(_row(page, "checkpoint.pt")).to_contain_text(stored.sha256[:12])
+    shots(page, "resumed")
+
+
+def test_a_refusal_is_shown_next_to_the_file(page, live_server, local_site, tmp_path, object_store):
+    local_site.project.storage_quota_bytes = MiB
+    local_site.project.save()
+    big = tmp_path / "too-big.bin"
+    big.write_bytes(os.urandom(2 * MiB))
+    log_in(page, live_server.url, "alice")
+    page.goto(live_server.url + "/data/")
+    page.get_by_label("Files", exact=True).set_input_files(str(big))
+    page.get_by_role("button", name="Upload").click()
+    expect(page.locator("#upload-list li[data-state=error]")).to_contain_text("left of its 1.0 MB")
+    expect(page.locator("#upload-status")).to_contain_text("1 of 1 file(s) not uploaded")
+
+
+def test_without_an_object_store_the_page_uploads_through_the_portal(page, live_server, local_site, tmp_path,
+                                                                    filesystem_storage):
+    from portal.storage.models import StoredFile
+
     data = tmp_path / "weights.bin"
     data.write_bytes(b"\0" * (8 * 1024 * 1024))
     log_in(page, live_server.url, "alice")

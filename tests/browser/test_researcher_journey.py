@@ -51,7 +51,7 @@ def test_run_on_8_a100_on_slurm_and_watch_it_live(page, live_server, hpc_site, l
     page.get_by_label(re.compile("^Login")).fill("alice")
     page.get_by_label(re.compile("^Password")).fill("pw-for-tests-123")
     shots(page, "login")
-    page.get_by_role("button", name="Sign In").click()
+    page.get_by_role("button", name="Sign In", exact=True).click()  # not "Sign in with a passkey"
     expect(page.get_by_role("heading", level=1)).to_have_text("Welcome, alice")
     shots(page, "dashboard")
 

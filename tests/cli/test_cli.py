@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import os
 import stat
 import time
 from decimal import Decimal
 
 import pytest
+import requests
 
 from portal.catalog.models import HardwareType
 from portal.jobs.models import Job
-from portal.storage.models import StoredFile
+from portal.storage.models import StoredFile, UploadSession
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -218,7 +222,7 @@ def test_cancel_a_running_job(logged_in, tmp_path, live_worker):
 # -------------------------------------------------------------------------------------- upload & budget
 
 
-def test_upload_puts_a_file_in_the_projects_storage(logged_in, tmp_path):
+def test_upload_puts_a_file_straight_into_the_object_store(logged_in, tmp_path, object_store, settings):
     data = tmp_path / "train.csv"
     data.write_bytes(b"x,y\n" * 1000)
     result = logged_in("upload", str(data), "--project", "vision", "--dest", "datasets/")
@@ -226,6 +230,9 @@ def test_upload_puts_a_file_in_the_projects_storage(logged_in, tmp_path):
     assert result.out.startswith("Uploaded datasets/train.csv (3.9 KiB")
     stored = StoredFile.objects.get()
     assert stored.path == "datasets/train.csv" and stored.size == 4000
+    assert UploadSession.objects.get().state == "completed"  # direct: created, signed, completed
+    body = object_store.client().get_object(Bucket=settings.KAKEHASHI_S3_BUCKET, Key=stored.storage_name)["Body"]
+    assert body.read() == data.read_bytes()
 
     again = logged_in("upload", str(data), "--project", "vision", "--dest", "datasets/")
     assert again.code == 3 and "already exists" in again.err
@@ -238,6 +245,52 @@ def test_upload_puts_a_file_in_the_projects_storage(logged_in, tmp_path):
     missing = logged_in("upload", str(tmp_path / "nope.csv"), "--project", "vision")
     assert missing.code == 2
     assert StoredFile.objects.count() == 1
+
+
+def test_upload_of_a_folder_keeps_its_layout_and_sends_parts_in_parallel(logged_in, tmp_path, settings):
+    settings.KAKEHASHI_UPLOAD_PART_BYTES = 5 * 1024 * 1024
+    folder = tmp_path / "cifar"
+    (folder / "train").mkdir(parents=True)
+    (folder / "train" / "batch_1.bin").write_bytes(os.urandom(12 * 1024 * 1024))
+    (folder / "meta.txt").write_text("labels\n")
+    result = logged_in("upload", str(folder), "--project", "vision", "--dest", "datasets/cifar", "--parallel", "3")
+    assert result.code == 0, result.err
+    assert sorted(StoredFile.objects.values_list("path", "size")) == [
+        ("datasets/cifar/meta.txt", 7), ("datasets/cifar/train/batch_1.bin", 12 * 1024 * 1024)]
+    batch = StoredFile.objects.get(path="datasets/cifar/train/batch_1.bin")
+    assert batch.sha256 == hashlib.sha256((folder / "train" / "batch_1.bin").read_bytes()).hexdigest()
+    assert UploadSession.objects.get(path=batch.path).part_count == 3
+
+
+def test_upload_run_again_after_an_interruption_sends_only_the_missing_parts(logged_in, tmp_path, local_site, settings):
+    from portal.storage import uploads
+
+    settings.KAKEHASHI_UPLOAD_PART_BYTES = 5 * 1024 * 1024
+    data = tmp_path / "weights.bin"
+    content = os.urandom(13 * 1024 * 1024)
+    data.write_bytes(content)
+    # An earlier run created the upload and sent its first part before the connection dropped.
+    session, _ = uploads.create_upload(local_site.alice, local_site.project, path="weights.bin", size=len(content),
+                                       sha256=hashlib.sha256(content).hexdigest())
+    first = content[:5 * 1024 * 1024]
+    [part] = uploads.sign_parts(local_site.alice, session, [
+        {"number": 1, "sha256": base64.b64encode(hashlib.sha256(first).digest()).decode()}])
+    assert requests.put(part["url"], data=first, headers=part["headers"], timeout=30).status_code == 200
+
+    result = logged_in("upload", str(data), "--project", "vision")
+    assert result.code == 0, result.err
+    assert result.out.startswith("Resumed and uploaded weights.bin (13.0 MiB")
+    assert UploadSession.objects.get().pk == session.pk
+    assert StoredFile.objects.get().sha256 == hashlib.sha256(content).hexdigest()
+
+
+def test_upload_without_an_object_store_goes_through_the_portal(logged_in, tmp_path, filesystem_storage):
+    data = tmp_path / "notes.txt"
+    data.write_text("hello\n")
+    result = logged_in("upload", str(data), "--project", "vision")
+    assert result.code == 0, result.err
+    assert result.out.startswith("Uploaded notes.txt (6 B") and not UploadSession.objects.exists()
+    assert (tmp_path / "media" / "projects/vision/notes.txt").read_text() == "hello\n"
 
 
 def test_budget(logged_in):

@@ -60,7 +60,7 @@ fi
 
 # sge_qmaster needs ~8 s to shut down whatever it is told (its threads notice the shutdown only on their
 # next timeout), so stop Grid Engine in the background while the rest stops. Otherwise reverse start order.
-( stop_daemon sge_execd; stop_daemon sge_qmaster ) &
+( for d in sge_execd "${SGE_NODES[@]/#/sge_execd-}"; do stop_daemon "$d"; done; stop_daemon sge_qmaster ) &
 sge_stopper=$!
 for ((i = ${#ALL_DAEMONS[@]} - 1; i >= 0; i--)); do
     [[ ${ALL_DAEMONS[i]} == sge_* ]] || stop_daemon "${ALL_DAEMONS[i]}"
@@ -78,8 +78,10 @@ if ((purge)); then
     fi
 
     rm -f /var/spool/gridengine/qmaster/jobseqnum
-    rm -rf /var/spool/gridengine/qmaster/job_scripts/* \
-        /var/spool/gridengine/execd/localhost/{jobs,active_jobs,job_scripts}/*
+    rm -rf /var/spool/gridengine/qmaster/job_scripts/*
+    for host in localhost "${SGE_NODES[@]}"; do
+        rm -rf "${SGE_EXECD_SPOOL:?}/$host"/{jobs,active_jobs,job_scripts}/*
+    done
     [[ ! -f $SGE_ACCOUNTING ]] || : >"$SGE_ACCOUNTING"
 fi
 

@@ -3,6 +3,7 @@
 # Idempotent: when everything is present it only checks and returns (well under a second).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+source "$HERE/images.sh"
 with_lock "$0" "$@"
 
 [[ $EUID -eq 0 ]] || die "run as root"
@@ -98,10 +99,17 @@ while (($#)); do
             args+=("$@"); break ;;
     esac
 done
-exec /usr/bin/qsub "${args[@]}"
+# The site's job verifier turns whole-node requests (-l f_node=N) into N hosts, as on TSUBAME/ABCI.
+exec /usr/bin/qsub -jsv @JSV@ "${args[@]}"
 WRAP
+    sed -i "s|@JSV@|$SITE_SGE_JSV|" "$SITE_SGE_BIN/qsub.new"
     chmod 755 "$SITE_SGE_BIN/qsub.new"
     mv -f "$SITE_SGE_BIN/qsub.new" "$SITE_SGE_BIN/qsub"
+    mkdir -p "${SITE_SGE_JSV%/*}"
+    sed -e "s|@TYPES@|${SGE_WHOLE_NODE_TYPES[*]}|" -e "s|@SLOTS@|$SGE_SLOTS_PER_NODE|g" \
+        -e "s|@QUEUE@|$SGE_NODE_QUEUE|" "$HERE/sge-site.jsv" >"$SITE_SGE_JSV.new"
+    chmod 755 "$SITE_SGE_JSV.new"
+    mv -f "$SITE_SGE_JSV.new" "$SITE_SGE_JSV"
 }
 
 install_modulefiles() {
@@ -146,13 +154,15 @@ conflict pytorch
 prepend-path PATH $OPT_DIR/pyenv/bin
 setenv KAKEHASHI_TORCH_ENV $OPT_DIR/pyenv
 MOD
+    local ompi_version
+    ompi_version=$(dpkg-query -W -f='${Version}' openmpi-bin 2>/dev/null | sed -E 's/-.*//')
     cat >"$d/openmpi/4.1" <<MOD
 #%Module1.0
-## Environment only: no real Open MPI (mpirun) is installed on the test cluster.
-module-whatis "Open MPI 4.1 (environment stub, no mpirun)"
+## Debian's Open MPI (mpirun, mpiexec in /usr/bin; Slurm and Grid Engine support built in).
+module-whatis "Open MPI ${ompi_version:-4.1}"
 conflict openmpi
-setenv MPI_HOME $OPT_DIR/sw/openmpi-4.1
-setenv OMPI_VERSION 4.1
+setenv MPI_HOME /usr/lib/x86_64-linux-gnu/openmpi
+setenv OMPI_VERSION ${ompi_version:-4.1}
 MOD
     local mp=/etc/environment-modules/modulespath
     [[ -f $mp ]] || die "$mp missing: environment-modules not installed?"
@@ -240,9 +250,32 @@ WRAP
     chmod 755 "$SLOW_BIN/sbatch"
 }
 
+install_apptainer() {
+    # The stand-in itself, on every node's PATH (/usr/local/bin, where a site's own build would go).
+    mkdir -p "$APPTAINER_DIR/bin" "$IMAGES_DIR"
+    sed -e "s|@APPTAINER_DIR@|$APPTAINER_DIR|" -e "s|@IMAGES_DIR@|$IMAGES_DIR|" "$HERE/apptainer" \
+        >"$APPTAINER_DIR/bin/apptainer.new"
+    chmod 755 "$APPTAINER_DIR/bin/apptainer.new"
+    mv -f "$APPTAINER_DIR/bin/apptainer.new" "$APPTAINER_DIR/bin/apptainer"
+    ln -sfn "$APPTAINER_DIR/bin/apptainer" /usr/local/bin/apptainer
+    cat >"$APPTAINER_DIR/images.conf" <<CONF
+# docker:// reference -> sandbox image in $IMAGES_DIR (built offline by tests/cluster/images.sh: no registry)
+$CONTAINER_IMAGE_REF $CONTAINER_IMAGE
+CONF
+    local stamp=$IMAGES_DIR/.kakehashi-$IMAGES_STAMP-$JOB_PYTHON_STAMP
+    [[ -f $stamp && -d $IMAGES_DIR/$CONTAINER_IMAGE ]] && return 0
+    log "building the container image $CONTAINER_IMAGE (a sandbox directory, offline)"
+    build_image "$CONTAINER_IMAGE" "$CONTAINER_IMAGE_REF"
+    # Apptainer takes a directory as a sandbox image whatever its name: a ".sif path" that works here.
+    ln -sfn "$CONTAINER_IMAGE" "$IMAGES_DIR/$CONTAINER_IMAGE.sif"
+    rm -f "$IMAGES_DIR"/.kakehashi-*
+    touch "$stamp"
+}
+
 install_packages
 install_slow_sbatch
 install_job_python
+install_apptainer
 install_slurm_hooks
 install_torque_wrappers
 install_site_qsub

@@ -14,6 +14,7 @@ KEY_DIR="$CLUSTER_DIR/keys"      # smoke-test client keys
 # Torque-dialect wrappers from slurm-wlm-torque, unpacked privately (the .deb conflicts with gridengine-client).
 TORQUE_BIN="$OPT_DIR/torque/usr/bin"
 SITE_SGE_BIN="$OPT_DIR/sge-site/bin"     # TSUBAME/ABCI-style site qsub (-g GROUP)
+SITE_SGE_JSV="$OPT_DIR/sge-site/jsv/whole-nodes.sh"  # client JSV the site qsub adds: f_node=N -> N hosts
 MODULEFILES="$OPT_DIR/modulefiles"
 GPU_DEV_DIR="$OPT_DIR/dev"               # fake /dev/nvidiaN -> /dev/null for Slurm GRES
 
@@ -28,6 +29,22 @@ SSH_PORTS=($SSH_PORT_SLURM $SSH_PORT_PBS $SSH_PORT_SGE_SITE $SSH_PORT_SGE $SSH_P
 SLOW_BIN="$OPT_DIR/slow/bin"
 
 SLURM_NODES=(node01 node02)
+
+# Grid Engine compute nodes for whole-node (multi-host) jobs. SGE tells hosts apart by the address a daemon
+# connects from, so each node is a network namespace of its own on a bridge, with its own host name (UTS
+# namespace) and an sge_execd inside; names resolve through /etc/hosts, as on a cluster's private network.
+SGE_NODES=(sgenode01 sgenode02)
+declare -A SGE_NODE_ADDR=([sgenode01]=10.77.0.11 [sgenode02]=10.77.0.12)
+SGE_BRIDGE=kkbr0
+SGE_BRIDGE_ADDR=10.77.0.1
+SGE_NET_PREFIX=24
+# The name the nodes reach sge_qmaster by (the bridge's address); an alias of "localhost" for SGE itself.
+SGE_MASTER_ALIAS=sgemaster
+SGE_NODE_QUEUE=node.q
+# Whole-node resource types (TSUBAME f_node, ABCI rt_AF) and the slots each node gives a job of that type.
+SGE_WHOLE_NODE_TYPES=(f_node rt_AF)
+SGE_SLOTS_PER_NODE=16
+SGE_NODE_ETC="$CLUSTER_DIR/etc/sge-node"   # act_qmaster and host_aliases as the nodes see them
 SLURM_DB=kakehashi_slurm_acct
 SLURM_DB_USER=kakehashi_slurm
 SLURM_DB_PASS=kakehashi_slurm_pw
@@ -71,6 +88,15 @@ wait_for() {
     done
 }
 
+# The apptainer stand-in (bubblewrap) and its images: sandbox directories built offline from this machine's
+# Debian packages and the job Python environment (install_container_images). Bump the stamp when they change.
+APPTAINER_DIR="$OPT_DIR/apptainer"
+IMAGES_DIR="$OPT_DIR/images"
+IMAGES_STAMP=1
+# The one image: what a job whose software is this NGC image gets on the test cluster.
+CONTAINER_IMAGE_REF=docker://nvcr.io/nvidia/pytorch:24.05-py3
+CONTAINER_IMAGE=pytorch-24.05
+
 # The job Python environment (install_job_python): bump the stamp when the list changes.
 JOB_PYTHON_PACKAGES=(torch==2.13.0 numpy==2.3.5 papermill==2.7.0 ipykernel==7.1.0 PyYAML==6.0.3)
 JOB_PYTHON_STAMP=1
@@ -78,7 +104,8 @@ JOB_PYTHON_STAMP=1
 # Debian packages this harness needs. mariadb-server is only for the private-DB fallback.
 PACKAGES=(openssh-server munge slurmctld slurmd slurm-client slurmdbd mariadb-server
           gridengine-master gridengine-exec gridengine-client environment-modules
-          libslurm-perl libslurmdb-perl libswitch-perl python3-venv)
+          libslurm-perl libslurmdb-perl libswitch-perl python3-venv
+          openmpi-bin bubblewrap iproute2)
 
 # One dpkg-query for all packages (dpkg -s per package costs ~50 ms each).
 packages_missing() {
@@ -92,7 +119,8 @@ packages_missing() {
 }
 
 SGE_QMASTER_PIDFILE=/var/spool/gridengine/qmaster/qmaster.pid
-SGE_EXECD_PIDFILE=/var/spool/gridengine/execd/localhost/execd.pid
+SGE_EXECD_SPOOL=/var/spool/gridengine/execd
+SGE_EXECD_PIDFILE=$SGE_EXECD_SPOOL/localhost/execd.pid
 SGE_ACCOUNTING=$SGE_ROOT/$SGE_CELL/common/accounting
 
 # Where each daemon writes its pid. Daemons that drop privileges get a directory they own.
@@ -106,6 +134,7 @@ pidfile_of() {
         slurmd-*)    echo "$RUN_DIR/slurm/$1.pid" ;;
         sge_qmaster) echo "$SGE_QMASTER_PIDFILE" ;;
         sge_execd)   echo "$SGE_EXECD_PIDFILE" ;;
+        sge_execd-*) echo "$SGE_EXECD_SPOOL/${1#sge_execd-}/execd.pid" ;;
         *)           die "unknown daemon $1" ;;
     esac
 }
@@ -119,7 +148,8 @@ STARTED_DIR="$RUN_DIR/started"
 mark_started() { mkdir -p "$STARTED_DIR"; touch "$STARTED_DIR/$1"; }
 
 # Order matters for stopping (reverse of this).
-ALL_DAEMONS=(sshd munged mariadbd slurmdbd slurmctld slurmd-node01 slurmd-node02 sge_qmaster sge_execd)
+ALL_DAEMONS=(sshd munged mariadbd slurmdbd slurmctld slurmd-node01 slurmd-node02 sge_qmaster sge_execd
+             "${SGE_NODES[@]/#/sge_execd-}")
 
 mysql_sys() { mysql --connect-timeout=3 -uroot -h127.0.0.1 -P3306 "$@"; }
 mysql_private() { mysql --connect-timeout=3 -uroot --socket="$CLUSTER_DIR/mysql/run/mysqld.sock" "$@"; }

@@ -46,6 +46,11 @@ slurm_wait() {
     echo "still running: $out"
 }
 
+# ranks_per_node < job output: "node01=2 node02=2" from the "rank=R node=N" lines of mpi.sh.
+ranks_per_node() {
+    awk -F'node=' '/^rank=/ {n[$2]++} END {for (h in n) print h "=" n[h]}' | sort | paste -sd' '
+}
+
 # sge_wait USER PORT JOBID: wait for the job's qacct record (it appears ~1 s after the job ends).
 sge_wait() {
     local i
@@ -77,10 +82,19 @@ for a in "$@"; do echo "arg=[$a]"; done
 exit 0'
 JOB_SLEEP='#!/bin/bash
 sleep 300'
+# Two MPI ranks on every node of the allocation (Open MPI finds the nodes through Slurm or the SGE PE), started
+# the way TSUBAME's guide does it: NP from the number of hosts, mpiexec -npernode PPN -n NP.
+JOB_MPI='#!/bin/bash
+echo "host=$(hostname) NHOSTS=${NHOSTS:-} NSLOTS=${NSLOTS:-} PE=${PE:-}"
+if [[ -n ${PE_HOSTFILE:-} ]]; then cut -d" " -f1 "$PE_HOSTFILE" | sed "s/^/pe_host=/"; fi
+PPN=2
+NP=$(expr $PPN \* ${NHOSTS:-$SLURM_NNODES})
+mpiexec -npernode $PPN -n $NP bash -c '"'"'echo "rank=$OMPI_COMM_WORLD_RANK node=${SLURMD_NODENAME:-$(hostname)}"'"'"'
+'
 
 for u in alice bob; do
     r "$u" $SSH_PORT_SLURM 'rm -rf ~/kk-smoke && mkdir ~/kk-smoke'
-    for s in OK EXIT3 ENV SLEEP; do
+    for s in OK EXIT3 ENV SLEEP MPI; do
         v=JOB_$s
         r "$u" $SSH_PORT_SLURM "cat > ~/kk-smoke/${s,,}.sh && chmod +x ~/kk-smoke/${s,,}.sh" <<<"${!v}"
     done
@@ -99,6 +113,7 @@ id_ok=${out##* }
 id_3=$(r alice $P 'cd ~/kk-smoke && sbatch --parsable -J kk-exit3 -o exit3.out exit3.sh')
 id_gpu=$(r alice $P 'cd ~/kk-smoke && sbatch --parsable -J kk-gpu --gres=gpu:a100:8 -o gpu.out env.sh')
 id_2n=$(r alice $P 'cd ~/kk-smoke && sbatch --parsable -J kk-2node -N 2 --gres=gpu:a100:8 -o 2node.out env.sh')
+id_mpi=$(r alice $P 'cd ~/kk-smoke && sbatch --parsable -J kk-mpi -N 2 --ntasks-per-node=2 -o mpi.out mpi.sh')
 id_bob=$(r bob $P 'cd ~/kk-smoke && sbatch --parsable -J kk-bob -o bob.out ok.sh')
 id_cancel=$(r alice $P 'cd ~/kk-smoke && sbatch --parsable -J kk-cancel -o cancel.out sleep.sh')
 r alice $P "squeue -h -t all -o '%i|%j|%u|%a|%T|%M|%l|%D|%R' -j $id_ok,$id_3,$id_gpu,$id_2n,$id_cancel" 2>&1 | save squeue.txt
@@ -114,6 +129,14 @@ expect "--gres=gpu:a100:8 gives CUDA_VISIBLE_DEVICES=0..7" "$out" 'CUDA_VISIBLE_
 out=$(slurm_wait alice $P "$id_2n");   expect "2-node job COMPLETED" "$out" '^COMPLETED'
 out=$(r alice $P 'cat ~/kk-smoke/2node.out')
 expect "2-node x 8 GPU job ran on node[01-02]" "$out" 'NODELIST=node\[01-02\]'
+out=$(slurm_wait alice $P "$id_mpi");  expect "2-node mpiexec job COMPLETED" "$out" '^COMPLETED\|0:0$'
+out=$(r alice $P 'cat ~/kk-smoke/mpi.out' | ranks_per_node)
+expect "mpiexec -npernode 2 -n 4 in a 2-node allocation: 2 ranks on node01, 2 on node02" "$out" '^node01=2 node02=2$'
+out=$(r alice $P 'apptainer exec docker://nvcr.io/nvidia/pytorch:24.05-py3 sh -c "cat /etc/kakehashi-image; test -e /etc/slurm || echo no-host-files; python -c \"import torch; print(torch.__version__)\""' 2>&1)
+echo "$out" | save apptainer-exec.txt
+expect "apptainer (stand-in) runs a command in the image" "$out" '^docker://nvcr.io/nvidia/pytorch:24.05-py3$'
+expect "apptainer (stand-in): the host's files are not in the container" "$out" '^no-host-files$'
+expect "apptainer (stand-in): the image's Python has torch" "$out" '^2\.13\.0'
 out=$(slurm_wait bob $P "$id_bob");    expect "bob's job COMPLETED" "$out" '^COMPLETED'
 out=$(r bob $P 'cat ~/kk-smoke/bob.out'); expect "bob's job runs as bob" "$out" '^bob$'
 out=$(r alice $P "sacct -P -j $id_ok,$id_3,$id_gpu,$id_2n -o JobID,JobName,User,Account,Partition,State,ExitCode,Start,End,Elapsed,NNodes,NodeList,AllocTRES")
@@ -140,8 +163,9 @@ out=$(r alice $P 'cd ~/kk-smoke && sbatch -A nosuch ok.sh' 2>&1 || true); echo "
 expect "-A nosuch refused by association enforcement" "$out" 'Invalid account or account/partition combination specified'
 out=$(r alice $P 'cd ~/kk-smoke && sbatch -A kkteamb ok.sh' 2>&1 || true)
 expect "alice cannot charge bob's group kkteamb" "$out" 'Invalid account or account/partition combination specified'
-out=$(r carol $P 'sbatch --wrap true' 2>&1 || true)
-expect "carol (no group) cannot submit" "$out" 'Invalid account or account/partition combination specified'
+# carol is in none of the research groups (a test may give her a group of her own, e.g. a site account).
+out=$(r carol $P 'sbatch -A kkdemo --wrap true' 2>&1 || true)
+expect "carol (not in kkdemo) cannot charge kkdemo" "$out" 'Invalid account or account/partition combination specified'
 out=$(r alice $P '. /etc/profile.d/modules.sh; module load cuda/12.4; module load cuda/12.1' 2>&1 || true)
 echo "$out" | save module-conflict.txt
 expect "module load cuda/12.1 after cuda/12.4 fails with the conflict message" "$out" 'Module cannot be loaded due to a conflict'
@@ -197,7 +221,8 @@ out=$(r alice $P 'cd ~/kk-smoke && qsub -g kkdemo -l f_node=2 -l h_rt=0:10:00 -c
 echo "$out" | save qsub-sge.txt
 expect "qsub prints 'Your job N (\"name\") has been submitted'" "$out" '^Your job [0-9]+ \("kk-site"\) has been submitted$'
 id_site=$(sed -E 's/^Your job ([0-9]+) .*/\1/' <<<"$out")
-id_sleep=$(r alice $P 'cd ~/kk-smoke && qsub -terse -g kkteama -l rt_AF=2 -l gpu=8 -pe smp 4 -cwd -N kk-sleep -o /dev/null -j y sleep.sh')
+id_sleep=$(r alice $P 'cd ~/kk-smoke && qsub -terse -g kkteama -l gpu=8 -pe smp 4 -cwd -N kk-sleep -o /dev/null -j y sleep.sh')
+id_fnode=$(r alice $P 'cd ~/kk-smoke && qsub -terse -g kkdemo -l f_node=2 -l h_rt=0:10:00 -cwd -N kk-fnode -o fnode.out -j y mpi.sh')
 id_hrt=$(r alice $P 'cd ~/kk-smoke && qsub -terse -g kkdemo -l h_rt=0:0:5 -cwd -N kk-hrt -o /dev/null -j y sleep.sh')
 id_args=$(r alice $P "cd ~/kk-smoke && qsub -terse -g kkdemo -cwd -N kk-args -o args.out -j y env.sh -g 'two words' '\$HOME'")
 for ((i = 0; i < 40; i++)); do
@@ -220,7 +245,19 @@ expect "job past h_rt: qacct failed 37" "$out" '^failed +37'
 r alice $P "qdel $id_sleep" | save qdel-sge.txt
 out=$(sge_wait alice $P "$id_sleep"); echo "$out" | save qacct-sge-qdel.txt
 expect "qdel'd running job: failed 100, exit_status 137" "$out" '^failed +100'
-expect "qdel'd job used PE smp with 4 slots, rt_AF/gpu in category" "$out" '^granted_pe +smp'
+expect "qdel'd job used PE smp with 4 slots, gpu in category" "$out" '^granted_pe +smp'
+out=$(sge_wait alice $P "$id_fnode"); echo "$out" | save qacct-sge-f_node.txt
+expect "f_node=2: the site JSV added PE f_node with 2 x 16 slots" "$out" '^category .*-pe f_node 32'
+out=$(r alice $P 'cat ~/kk-smoke/fnode.out')
+expect "f_node=2 job sees NHOSTS=2, PE f_node" "$out" 'NHOSTS=2 NSLOTS=32 PE=f_node$'
+expect "f_node=2 job: sgenode01 in \$PE_HOSTFILE" "$out" '^pe_host=sgenode01$'
+expect "f_node=2 job: sgenode02 in \$PE_HOSTFILE" "$out" '^pe_host=sgenode02$'
+out=$(ranks_per_node <<<"$out")
+expect "mpiexec -npernode 2 -n \$((2 * NHOSTS)) over qrsh -inherit: 2 ranks on each node" "$out" '^sgenode01=2 sgenode02=2$'
+out=$(r alice $P 'cd ~/kk-smoke && qsub -g kkdemo -w e -l f_node=3 ok.sh' 2>&1 || true)
+expect "f_node=3 (the test cluster has 2 nodes) refused" "$out" 'no suitable queues'
+out=$(r alice $P 'cd ~/kk-smoke && qsub -g kkdemo -l f_node=1 -pe smp 2 ok.sh' 2>&1 || true)
+expect "f_node with an explicit -pe refused by the site JSV" "$out" 'do not request a parallel environment'
 id=$(r alice $P 'cd ~/kk-smoke && qsub -terse -g kkdemo -cwd -o /dev/null -j y exit3.sh')
 out=$(sge_wait alice $P "$id"); expect "exit 3 job: failed 0, exit_status 3" "$out" '^exit_status +3 *$'
 out=$(r alice $P 'cd ~/kk-smoke && qsub -g kkteamb ok.sh' 2>&1 || true); echo "$out" | save qsub-sge-noaccess.txt

@@ -15,6 +15,7 @@ from portal.catalog.models import HardwareType
 from portal.clusters.connect import account_for, backend_for
 from portal.clusters.models import Allocation, Cluster, ClusterAccount, Kind
 from portal.jobs import actions, tracking
+from portal.jobs.actions import submit as submit_actions
 from portal.jobs.models import Job, JobState
 from portal.jobs.tasks import dispatch_job_task
 from tests.conftest import start_worker, stop_worker, wait_for
@@ -56,7 +57,7 @@ def test_a_worker_killed_after_sbatch_but_before_the_reply_leaves_one_job(hpc_si
         "KAKEHASHI_RECOVER_INTERVAL": "1", "KAKEHASHI_SSH_TIMEOUT": "20",
     }
     # Keep this job away from the session's worker: it is dispatched only on this test's own queue.
-    monkeypatch.setattr(actions, "_enqueue_dispatch", lambda job_id: None)
+    monkeypatch.setattr(submit_actions, "enqueue_on_commit", lambda *task: None)
     job = actions.submit_job(hpc_site.alice, actions.JobRequest(
         project=hpc_site.project, name="crash", script="sleep 4", hardware=slow_slurm, walltime="00:05:00")).job
 

@@ -62,8 +62,8 @@ def test_run_on_8_a100_goes_to_slurm_with_8_gpus_and_completes_live(client, hpc_
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
 def test_a_strict_budget_cancels_a_running_slurm_job_and_charges_what_it_used(hpc_site, live_worker):
-    from portal.budgets.enforcement import enforce
     from portal.budgets.models import Budget
+    from portal.usage.enforcement import enforce
 
     job = actions.submit_job(hpc_site.alice, actions.JobRequest(
         project=hpc_site.project, name="forgotten", script="echo started; sleep 300",
@@ -177,7 +177,7 @@ def test_the_rendered_spec_of_a_job_matches_what_the_backend_submits(hpc_site):
         launcher="torchrun"))
     backend = backend_for(hw.cluster, account_for(hw.cluster, hpc_site.alice, hpc_site.project))
     assert backend.render(build_spec(sub.job)) == sub.job.rendered_script
-    assert "srun --nodes=2 --ntasks-per-node=1" in sub.job.rendered_script
+    assert "srun --nodes=2 --ntasks=2 --ntasks-per-node=1" in sub.job.rendered_script
 
 
 @pytest.mark.worker

@@ -6,8 +6,8 @@ import pytest
 from django.db import connection
 from django.urls import reverse
 
+from portal.accounts.loopback import install_public_key, register_clusters
 from portal.clusters.actions import verify_account
-from portal.clusters.loopback import install_public_key, register_clusters
 from portal.clusters.models import ClusterAccount
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import re
 from pathlib import Path
 
@@ -75,6 +76,18 @@ def test_service_commands_start_modules_that_exist(compose):
     assert commands["migrate"][:3] == ["python", "manage.py", "migrate"]
 
 
+def test_shared_storage_is_the_stacks_s3_service_reached_by_browsers_at_its_public_address(compose):
+    env = compose["services"]["web"]["environment"]
+    assert env["KAKEHASHI_S3_ENDPOINT_URL"] == "http://s3:8333"
+    assert env["KAKEHASHI_S3_PUBLIC_URL"].endswith("localhost:8333}")
+    assert re.fullmatch(r"\$\{S3_SECRET_KEY:\?.+\}", env["KAKEHASHI_S3_SECRET_ACCESS_KEY"])
+    s3 = compose["services"]["s3"]
+    assert s3["environment"]["AWS_SECRET_ACCESS_KEY"] == env["KAKEHASHI_S3_SECRET_ACCESS_KEY"]
+    assert "8333:8333" in s3["ports"]
+    dockerfile = (ROOT / s3["build"]["context"] / s3["build"]["dockerfile"]).read_text()
+    assert "--require-hashes" in dockerfile and "requirements-seaweedfs.txt" in dockerfile and "weed mini" in dockerfile
+
+
 def test_the_stack_includes_a_pseudo_hpc_centre_whose_host_keys_the_portal_can_pin(compose):
     cluster = compose["services"]["cluster"]
     dockerfile = (ROOT / cluster["build"]["context"] / cluster["build"]["dockerfile"]).read_text()
@@ -82,6 +95,56 @@ def test_the_stack_includes_a_pseudo_hpc_centre_whose_host_keys_the_portal_can_p
     assert any(v.startswith("cluster-state:/var/tmp/kakehashi-cluster") for v in cluster["volumes"])
     for name in PORTAL_SERVICES:
         assert "cluster-state:/cluster-state:ro" in compose["services"][name]["volumes"]
+    # Compute nodes as network namespaces and containers (bubblewrap) need the right to make namespaces.
+    assert cluster.get("privileged") is True
     # The harness listens beyond loopback only when told to (inside the container).
     assert "KAKEHASHI_CLUSTER_LISTEN=0.0.0.0" in dockerfile
     assert "ListenAddress ${KAKEHASHI_CLUSTER_LISTEN:-127.0.0.1}" in (ROOT / "tests/cluster/up.sh").read_text()
+
+
+def _default(value: str) -> str:
+    """The value compose uses when the variable is unset: ${NAME:-default} → default."""
+    match = re.fullmatch(r"\$\{\w+:-(.*)\}", value)
+    return match.group(1) if match else value
+
+
+def test_the_stack_has_a_jupyterhub_whose_service_is_the_portal(compose):
+    from urllib.parse import urlsplit
+
+    from django.urls import reverse
+
+    hub = compose["services"]["jupyterhub"]
+    env, portal = hub["environment"], compose["services"]["web"]["environment"]
+    # One secret and one callback, the same on both sides; the secret must be supplied, never defaulted.
+    assert env["KAKEHASHI_HUB_API_TOKEN"] == portal["KAKEHASHI_HUB_API_TOKEN"]
+    assert re.fullmatch(r"\$\{KAKEHASHI_HUB_API_TOKEN:\?.+\}", env["KAKEHASHI_HUB_API_TOKEN"])
+    assert re.fullmatch(r"\$\{KAKEHASHI_HUB_SHARED_PASSWORD:\?.+\}", env["KAKEHASHI_HUB_SHARED_PASSWORD"])
+    assert env["KAKEHASHI_HUB_CALLBACK_URL"] == portal["KAKEHASHI_HUB_CALLBACK_URL"]
+    callback = urlsplit(_default(portal["KAKEHASHI_HUB_CALLBACK_URL"]))
+    assert callback.path == reverse("jupyterhub_callback")
+    assert callback.port == int(compose["services"]["web"]["ports"][0].split(":")[0])
+    # The hub reaches the portal (proxy route, Lab servers) by its service name, and the portal accepts that host.
+    assert env["KAKEHASHI_PORTAL_URL"] == "http://web:8000" and "0.0.0.0:8000" in compose["services"]["web"]["command"]
+    assert "web" in _default(portal["ALLOWED_HOSTS"]).split(",")
+    assert "web" in hub["depends_on"]  # the hub waits for its services at start
+    # The portal reaches the hub's API through the hub's proxy; browsers through the published port.
+    bind = urlsplit(env["KAKEHASHI_HUB_BIND_URL"])
+    assert bind.hostname == "0.0.0.0" and f"{bind.port}:{bind.port}" in hub["ports"]
+    assert portal["KAKEHASHI_HUB_API_URL"] == f"http://jupyterhub:{bind.port}/hub/api"
+    assert urlsplit(_default(portal["KAKEHASHI_HUB_URL"])).port == bind.port
+    assert any(v.startswith("hubdata:") for v in hub["volumes"])
+
+
+def test_the_hub_image_pins_the_proxy_and_installs_the_lab_extension_without_building_it(compose):
+    build = compose["services"]["jupyterhub"]["build"]
+    dockerfile = (ROOT / build["context"] / build["dockerfile"]).read_text()
+    assert "COPY jupyterhub/package.json jupyterhub/package-lock.json" in dockerfile and "npm ci" in dockerfile
+    assert "pip install --no-cache-dir -r requirements.txt" in dockerfile
+    assert "pip install --no-cache-dir ./kakehashi-lab" in dockerfile
+    assert (ROOT / "jupyterhub/kakehashi-lab/kakehashi_lab/labextension/package.json").is_file()
+    assert "jupyterhub_config.py" in dockerfile and "lab-settings" in dockerfile
+    lock = json.loads((ROOT / "jupyterhub/package-lock.json").read_text())
+    assert lock["packages"]["node_modules/configurable-http-proxy"]["version"] == "5.3.0"
+    config = (ROOT / "jupyterhub/jupyterhub_config.py").read_text()
+    for variable in compose["services"]["jupyterhub"]["environment"]:
+        assert f'"{variable}"' in config, f"{variable} is set for the hub but jupyterhub_config.py never reads it"

@@ -13,6 +13,7 @@ from portal.env import EnvError, env_bool, env_int
 
 ROOT = Path(__file__).resolve().parents[2]
 GOOD_KEY = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
+REAL_KEY = "k8Yq2v9WzR4tN7pL1xC6bM3hJ5sD0fGaE-Uo_iKrTyQw-3nVb7Xe"
 
 
 def _load_settings(**env: str) -> subprocess.CompletedProcess:
@@ -36,14 +37,14 @@ def test_production_refuses_the_default_secret_key():
 
 
 def test_production_refuses_a_missing_encryption_key():
-    result = _load_settings(KAKEHASHI_PROFILE="production", SECRET_KEY="x" * 50)
+    result = _load_settings(KAKEHASHI_PROFILE="production", SECRET_KEY=REAL_KEY)
     assert result.returncode != 0
     assert "KAKEHASHI_ENCRYPTION_KEYS must be set" in result.stderr
 
 
 def test_production_starts_with_real_secrets_and_debug_off():
     result = _load_settings(
-        KAKEHASHI_PROFILE="production", SECRET_KEY="x" * 50, KAKEHASHI_ENCRYPTION_KEYS=GOOD_KEY,
+        KAKEHASHI_PROFILE="production", SECRET_KEY=REAL_KEY, KAKEHASHI_ENCRYPTION_KEYS=GOOD_KEY,
         DATABASE_URL="postgres://u:p@db:5432/k", CELERY_BROKER_URL="redis://r:6379/0",
     )
     assert result.returncode == 0, result.stderr
@@ -62,3 +63,32 @@ def test_a_mistyped_boolean_names_the_variable(monkeypatch):
     monkeypatch.setenv("N", "ten")
     with pytest.raises(EnvError, match="N='ten'"):
         env_int("N", 1)
+
+
+def test_an_object_store_is_configured_by_its_bucket_and_a_mistyped_address_is_named():
+    result = subprocess.run(
+        [sys.executable, "-c", "import portal.settings as s; print(s.STORAGES['default']['BACKEND'])"],
+        cwd=ROOT, capture_output=True, text=True,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("KAKEHASHI_")},
+             "KAKEHASHI_S3_BUCKET": "site-data", "KAKEHASHI_S3_ENDPOINT_URL": "http://s3.example:8333/"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "storages.backends.s3.S3Storage"
+    assert "S3Storage" not in _load_settings().stdout  # without a bucket: the file system of `make run`
+    assert "KAKEHASHI_S3_ENDPOINT_URL='s3.example:8333' is not an http" in _load_settings(
+        KAKEHASHI_S3_BUCKET="b", KAKEHASHI_S3_ENDPOINT_URL="s3.example:8333").stderr
+    assert "KAKEHASHI_S3_BUCKET is not" in _load_settings(KAKEHASHI_S3_ENDPOINT_URL="http://s3:8333").stderr
+    assert "set both" in _load_settings(KAKEHASHI_S3_BUCKET="b", KAKEHASHI_S3_ACCESS_KEY_ID="k").stderr
+
+
+def test_the_object_stores_secret_never_appears_in_what_is_printed_of_its_configuration(settings):
+    from portal.storage import objectstore
+
+    settings.KAKEHASHI_S3_SECRET_ACCESS_KEY = "very-secret-value"
+    assert "very-secret-value" not in repr(objectstore._config()) and "very-secret-value" not in str(objectstore._config())
+
+
+def test_production_refuses_a_short_or_repetitive_secret_key():
+    for weak in ("k8Yq2v9WzR4tN7pL1xC6bM3hJ5sD0f", "ab" * 30):
+        result = _load_settings(KAKEHASHI_PROFILE="production", SECRET_KEY=weak, KAKEHASHI_ENCRYPTION_KEYS=GOOD_KEY)
+        assert result.returncode != 0 and "at least 50 characters" in result.stderr

@@ -1,0 +1,194 @@
+"""The plain data backends speak: a `JobSpec` in; `JobStatus`, `JobRecord` and `RemoteFile` out; the errors;
+how a backend is reached (`Reach`, `Access`). No Django, no portal imports, no behaviour beyond a few properties.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+class BackendError(Exception):
+    """The scheduler or the connection to it failed in a way that may pass: retry later."""
+
+
+class SubmitRefused(BackendError):
+    """The scheduler refused the job. Permanent: `str(exc)` is the scheduler's own message for the user."""
+
+
+class InvalidJobSpec(ValueError):
+    """A job description that must never reach a scheduler (unsafe or impossible field)."""
+
+
+class State(enum.StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+
+    @property
+    def is_final(self) -> bool:
+        return self in FINAL_STATES
+
+
+FINAL_STATES = frozenset({State.COMPLETED, State.FAILED, State.CANCELLED, State.TIMED_OUT})
+
+
+class Launcher(enum.StrEnum):
+    """How the payload is started inside the allocation."""
+
+    SCRIPT = "script"  # run once, on the first node
+    TORCHRUN = "torchrun"  # one torchrun per node, rendezvous on the first host, one process per GPU
+    MPIRUN = "mpirun"  # mpirun -npernode PPN -n NP (the TSUBAME / ChainerMN pattern)
+
+
+@dataclass(frozen=True)
+class Resources:
+    nodes: int = 1
+    gpus_per_node: int = 0
+    gpu_type: str = ""
+    cpus_per_node: int = 1
+    memory_gb: int | None = None
+    # Scheduler-specific mapping chosen by a site admin for a hardware type, e.g.
+    # {"partition": "gpu", "gres": "gpu:a100:8"} (Slurm), {"resource": "f_node"} (TSUBAME/ABCI),
+    # {"queue": "gpu"} (PBS). Admin-curated, still validated by each backend before it becomes a directive.
+    mapping: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ArrayElement:
+    """One element of a scheduler array (one point of a parameter sweep).
+
+    Elements are numbered 1..N. Each runs in its own directory `<workdir>/<index>` holding the payload, the
+    job's files and these `files` (e.g. its parameters.json), and gets `env` on top of the job's environment;
+    the scheduler writes its stdout/stderr there, so an element's directory looks like a plain job's.
+    """
+
+    index: int
+    env: Mapping[str, str] = field(default_factory=dict)
+    files: Mapping[str, bytes] = field(default_factory=dict)
+
+
+def element_dir(workdir: str, index: int) -> str:
+    return f"{workdir.rstrip('/')}/{index}"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything a backend needs to run one job. Built by the portal, validated by `backends.safety`."""
+
+    name: str  # scheduler job name; carries the portal's job id so a lost reply can be reconciled
+    payload: str  # the user's script (bash); written to its own file, never parsed by the scheduler
+    walltime_seconds: int
+    resources: Resources = field(default_factory=Resources)
+    workdir: str = ""  # job directory on the cluster: relative to the login home, or absolute
+    cwd: str = ""  # where the payload runs, if not the job directory (e.g. ~/projects/vit)
+    group: str = ""  # scheduler group/account/project (Slurm -A, PBS -P, TSUBAME/ABCI -g, SGE -P)
+    modules: Sequence[str] = ()
+    container: str = ""  # image reference (docker://..., or a .sif path) run with apptainer
+    setup: str = ""  # admin-curated shell lines run before the launch (e.g. activating a virtualenv)
+    env: Mapping[str, str] = field(default_factory=dict)
+    launcher: Launcher = Launcher.SCRIPT
+    procs_per_node: int = 0  # 0 = one per GPU (or 1 without GPUs)
+    files: Mapping[str, bytes] = field(default_factory=dict)  # extra files for the job dir (notebook, params)
+    # Non-empty: one scheduler array of these elements (1..N), submitted once (`--array`, `-t`, `-J`).
+    array: Sequence[ArrayElement] = ()
+    # Whose job this is ({"project": ..., "job": ..., "user": ...}): a cloud backend tags what it starts with
+    # them, so a bill or a stray instance can always be traced back to a project and a person.
+    labels: Mapping[str, str] = field(default_factory=dict)
+    # Objects of the shared object store the job reads, by their path under its inputs/ directory:
+    # {"cifar10/train.tar": "s3://bucket/projects/vision/cifar10/train.tar"}. A cloud container pulls them itself
+    # (backends/batch_entrypoint.py). Datasets attached in the portal (issue 13's staging) arrive here too.
+    inputs: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def procs(self) -> int:
+        if self.procs_per_node:
+            return self.procs_per_node
+        return max(self.resources.gpus_per_node, 1)
+
+    @property
+    def array_size(self) -> int:
+        return len(self.array)
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """What the queue says about a job right now."""
+
+    scheduler_id: str
+    state: State
+    reason: str = ""
+    exit_code: int | None = None
+    # The queue still holds an entry for a job that will never run (Grid Engine's error state): it counts
+    # against the user's limits until deleted, so the portal removes it once the failure is recorded.
+    stuck: bool = False
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """The final word on a job, from the scheduler's accounting."""
+
+    scheduler_id: str
+    state: State
+    exit_code: int | None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    elapsed_seconds: int | None = None
+    nodes: int | None = None
+    reason: str = ""
+    raw: Mapping[str, str] = field(default_factory=dict)
+
+
+# Standard file names inside a job directory: the portal and storage find outputs here on every backend.
+STDOUT_FILE = "stdout.log"
+STDERR_FILE = "stderr.log"
+SCRIPT_FILE = "job.sh"
+PAYLOAD_FILE = "payload.sh"
+OUTPUTS_DIR = "outputs"
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """A file a job left behind, as its backend lists it. `path` is relative to the listed directory and comes
+    from the cluster: callers must treat it as untrusted text."""
+
+    path: str
+    size: int
+
+
+class Reach(enum.StrEnum):
+    """How the portal reaches a backend, which also says as whom the backend's jobs run."""
+
+    LOCAL = "local"  # commands on the portal host itself, as the portal's own user (`make run`)
+    LOGIN_NODE = "login-node"  # SSH to a login node, as a cluster account: the researcher's own, or a project's
+    CLOUD_API = "cloud-api"  # a provider's API, with the cluster's own credentials (no login node, no shell)
+
+    @property
+    def uses_cluster_account(self) -> bool:
+        """Whether a job needs a ClusterAccount (a login name and key) to be submitted, read or cancelled."""
+        return self is Reach.LOGIN_NODE
+
+
+@dataclass(frozen=True)
+class Access:
+    """What the portal knows about reaching one cluster as one identity, in plain values.
+
+    A backend's `connect` takes what its `reach` needs: a login node its host, pinned host keys and the
+    account's key; the portal host its job root; a cloud API its region and credentials (from settings).
+    """
+
+    host: str = ""
+    port: int = 22
+    username: str = ""
+    private_key: str = field(default="", repr=False)
+    known_hosts: str = field(default="", repr=False)
+    local_root: str = ""
+    timeout: float = 30.0
+    # A cloud API's credentials where the site stored them (else the worker's own chain: an instance role).
+    key_id: str = ""
+    secret: str = field(default="", repr=False)

@@ -1,0 +1,88 @@
+"""Cancel: who may, what a cancel records, and carrying it out on the scheduler (worker side).
+
+A job still in the portal's queue ends at once; any other records the wish and a worker asks the scheduler,
+whose accounting then ends the job as cancelled. A person's cancel and a strict budget's are the same steps
+with their own reason on record.
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.utils import timezone
+
+from portal.audit.actions import record
+from portal.clusters.connect import account_for, backend_for
+from portal.enqueue import CANCEL_JOB, enqueue_on_commit
+from portal.jobs import locks, transitions
+from portal.jobs.models import FINAL_STATES, Job, JobGroup, JobState
+from portal.projects import access
+
+
+class CancelError(Exception):
+    pass
+
+
+def may_cancel(user, job: Job) -> bool:
+    """The job's owner while they may still submit in its project, or a project admin."""
+    return (job.user_id == user.pk and access.can(user, job.project, "submit")) or access.can(
+        user, job.project, "manage_jobs"
+    )
+
+
+def request_cancel(job: Job, user) -> Job:
+    """Record a person's cancel. A job still in the portal's queue ends at once; others are cancelled on the
+    scheduler. Asking again for a job not ended asks the scheduler again."""
+    if not may_cancel(user, job):
+        raise PermissionDenied("only the job's owner or a project admin can cancel it")
+    return _cancel(job.pk, actor=user, audit="job.cancel", again=True,
+                   queued_reason=f"cancelled by {user} before submission", reason=f"cancel requested by {user}")
+
+
+def request_cancel_sweep(group: JobGroup, user) -> list[Job]:
+    """Cancel every job of a sweep that has not ended, each as `request_cancel` does (an array's elements are
+    cancelled one by one, so each keeps its own record). Returns the jobs whose cancel was recorded."""
+    cancelled = []
+    for job in Job.objects.filter(group=group).exclude(state__in=FINAL_STATES).order_by("pk"):
+        try:
+            cancelled.append(request_cancel(job, user))
+        except CancelError:
+            continue  # it ended meanwhile
+    return cancelled
+
+
+def cancel_for_budget(job_id: int, reason: str) -> None:
+    """Strict budget exhausted: cancel like a person would, with the reason on record (once)."""
+    try:
+        _cancel(job_id, actor=None, audit="job.cancel_budget", again=False, queued_reason=reason, reason=reason)
+    except CancelError:
+        return  # it ended meanwhile
+
+
+def _cancel(job_id: int, *, actor, audit: str, again: bool, queued_reason: str, reason: str) -> Job:
+    with transaction.atomic():
+        job = locks.job(job_id)
+        if job.state in FINAL_STATES:
+            raise CancelError(f"the job already ended ({job.get_state_display()})")
+        if job.cancel_requested_at is not None and not again:
+            return job
+        record(audit, actor=actor, project=job.project, target=job, state=job.state, reason=reason)
+        now = timezone.now()
+        if job.state == JobState.QUEUED:
+            transitions.transition(job, JobState.CANCELLED, reason=queued_reason, actor=actor,
+                                   cancel_requested_at=now, ended_at=now)
+            return job
+        if job.cancel_requested_at is None:
+            transitions.note(job, reason, actor=actor, cancel_requested_at=now)
+        if job.scheduler_id:
+            enqueue_on_commit(CANCEL_JOB, job.pk)
+    return job
+
+
+def cancel_on_scheduler(job_id: int) -> str:
+    """Ask the scheduler to stop a job whose cancel was recorded (worker side)."""
+    job = Job.objects.select_related("cluster", "project", "user").get(pk=job_id)
+    if job.state in FINAL_STATES or not job.scheduler_id:
+        return "nothing to do"
+    backend_for(job.cluster, account_for(job.cluster, job.user, job.project)).cancel(job.scheduler_id)
+    return "cancel sent"

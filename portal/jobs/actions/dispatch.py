@@ -1,0 +1,194 @@
+"""Dispatch and recovery: a queued job, or a sweep's whole array, handed to its scheduler exactly once.
+
+One way for both (docs/decisions/0002, 0005): take a lease on the waiting jobs under their row locks; look
+before submitting again (the scheduler may have the job from an attempt whose reply was lost); submit; record
+the scheduler's id with a compare-and-swap on the jobs still SUBMITTING. A refusal fails them; a scheduler that
+cannot be reached releases the lease for the retry. `recover_stale_jobs` re-sends what a lost message or a dead
+worker left behind.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from backends.base import BackendError, JobSpec, SubmitRefused, TransportError
+from portal.clusters.connect import NoClusterAccount, account_for, backend_for
+from portal.enqueue import CANCEL_JOB, DISPATCH_JOB, enqueue
+from portal.jobs import events, locks, transitions
+from portal.jobs.models import Job, JobGroup, JobState
+from portal.jobs.specs import build_array_spec, build_spec
+
+log = logging.getLogger(__name__)
+
+WAITING = frozenset({JobState.QUEUED, JobState.SUBMITTING})
+
+
+@dataclass
+class DispatchOutcome:
+    status: str  # submitted | found | refused | skipped | busy | retry
+    detail: str = ""
+
+
+@dataclass
+class _Handover:
+    """What one dispatch hands to the scheduler in one submit: a job, or every element of a sweep's array."""
+
+    first: Job  # whose cluster, owner and rendered script the submit uses
+    spec: JobSpec
+    attempts: int
+    group_id: int | None = None  # the sweep, for an array
+
+    @property
+    def noun(self) -> str:
+        return "job" if self.group_id is None else "array"
+
+    def locked(self) -> list[Job]:
+        if self.group_id is None:
+            return [locks.job(self.first.pk)]
+        return locks.group_jobs(self.group_id, submitting_only=True)
+
+    def scheduler_id(self, backend, submitted: str, job: Job) -> str:
+        return submitted if self.group_id is None else backend.element_id(submitted, job.array_index)
+
+    def recorded_reason(self, submitted: str, found: bool) -> str:
+        after = " (found after a lost reply)" if found else ""
+        if self.group_id is None:
+            return f"scheduler id {submitted}{after}"
+        return f"an element of scheduler array {submitted}{after}"
+
+
+def _lease_time() -> timedelta:
+    return timedelta(seconds=settings.KAKEHASHI_DISPATCH_LEASE_SECONDS)
+
+
+def dispatch_job(job_id: int) -> DispatchOutcome:
+    """Hand a queued job to its scheduler, exactly once, however often this runs."""
+    with transaction.atomic():
+        job = locks.job(job_id)
+        array_of = job.group_id if job.array_index is not None else None
+        leased = None if array_of else _lease([job] if job.state in WAITING else [], "job", nothing=f"job is {job.state}")
+    if array_of is not None:
+        # An element of a sweep submitted as one scheduler array: the whole array goes at once.
+        return dispatch_array(array_of)
+    refused, attempts = leased
+    return refused or _hand_over(_Handover(job, build_spec(job), attempts))
+
+
+def dispatch_array(group_id: int) -> DispatchOutcome:
+    """Hand a sweep's waiting elements to the scheduler as one array, exactly once, however often this runs.
+
+    The elements move together: all SUBMITTING under one lease, then all PENDING with their element ids. One
+    cancelled before the submit is still an index of the array (the script numbers them all), so it is
+    deleted on the scheduler right after.
+    """
+    with transaction.atomic():
+        jobs = locks.group_jobs(group_id)
+        refused, attempts = _lease([j for j in jobs if j.state in WAITING], "array",
+                                   nothing="no element of the array is waiting")
+    if refused is not None:
+        return refused
+    group = JobGroup.objects.get(pk=group_id)
+    jobs.sort(key=lambda j: j.array_index)
+    spec = build_array_spec(jobs, group.scheduler_name, group.remote_dir)
+    return _hand_over(_Handover(jobs[0], spec, attempts, group_id=group_id))
+
+
+def _lease(waiting: list[Job], noun: str, *, nothing: str) -> tuple[DispatchOutcome | None, int]:
+    """Move locked waiting jobs to SUBMITTING under one lease: (None, the attempt's number), or (why this attempt
+    must not submit them, 0)."""
+    now = timezone.now()
+    if not waiting:
+        return DispatchOutcome("skipped", nothing), 0
+    if any(j.state == JobState.SUBMITTING and j.dispatch_lease_until and j.dispatch_lease_until > now
+           for j in waiting):
+        return DispatchOutcome("busy", f"another attempt holds this {noun}"), 0
+    attempts = max(j.dispatch_attempts for j in waiting) + 1
+    lease = {"dispatch_lease_until": now + _lease_time(), "dispatch_attempts": attempts}
+    queued = [j for j in waiting if j.state == JobState.QUEUED]
+    reason = "handing to the scheduler" if noun == "job" else "handing the array to the scheduler"
+    transitions.transition_many(queued, JobState.SUBMITTING, reason=reason, **lease)
+    # Those already SUBMITTING were left by an attempt that died: take over, but look before submitting.
+    transitions.update([j for j in waiting if j not in queued], **lease)
+    return None, attempts
+
+
+def _hand_over(handover: _Handover) -> DispatchOutcome:
+    first = handover.first
+    try:
+        backend = backend_for(first.cluster, account_for(first.cluster, first.user, first.project))
+        existing = backend.find(handover.spec) if handover.attempts > 1 else None
+        submitted = existing or backend.submit(handover.spec, first.rendered_script)
+    except SubmitRefused as exc:
+        with transaction.atomic():
+            for job in handover.locked():
+                if job.state == JobState.SUBMITTING:
+                    transitions.transition(job, JobState.FAILED, reason=f"the scheduler refused the {handover.noun}: {exc}",
+                                           ended_at=timezone.now())
+        return DispatchOutcome("refused", str(exc))
+    except (BackendError, TransportError, NoClusterAccount) as exc:
+        with transaction.atomic():
+            # Release the lease so the retry (or the recovery sweep) may take over at once.
+            transitions.update([j for j in handover.locked() if j.state == JobState.SUBMITTING],
+                               dispatch_lease_until=None, state_reason=f"could not reach the scheduler yet, will retry: {exc}")
+        return DispatchOutcome("retry", str(exc))
+
+    with transaction.atomic():
+        if handover.group_id is not None:
+            JobGroup.objects.filter(pk=handover.group_id).update(scheduler_id=submitted)
+        locked = handover.locked()
+        submitting = [j for j in locked if j.state == JobState.SUBMITTING]
+        if handover.group_id is None and not submitting:
+            log.error("job %s left SUBMITTING while being submitted (now %s, id %s)", first.pk, locked[0].state, submitted)
+            return DispatchOutcome("skipped", f"job is {locked[0].state}")
+        for job in submitting:
+            job.scheduler_id = handover.scheduler_id(backend, submitted, job)
+        now = timezone.now()
+        transitions.transition_many(submitting, JobState.PENDING, also=["scheduler_id"],
+                                    reason=handover.recorded_reason(submitted, bool(existing)),
+                                    submitted_at=now, dispatch_lease_until=None, last_seen_at=now)
+        cancel_wanted = [job.pk for job in submitting if job.cancel_requested_at is not None]
+        dropped = [] if handover.group_id is None else list(
+            Job.objects.filter(group_id=handover.group_id, state=JobState.CANCELLED, scheduler_id=""))
+    for job_id in cancel_wanted:
+        enqueue(CANCEL_JOB, job_id)
+    for job in dropped:
+        _delete_dropped_element(backend, job, submitted)
+    return DispatchOutcome("found" if existing else "submitted", submitted)
+
+
+def _delete_dropped_element(backend, job: Job, array_id: str) -> None:
+    """An element cancelled before the array was submitted must not run (nor cost) anyway."""
+    element = backend.element_id(array_id, job.array_index)
+    try:
+        backend.cancel(element)
+    except (BackendError, TransportError) as exc:
+        log.warning("could not delete element %s of cancelled job %s: %s", element, job.pk, exc)
+        events.noted(job, f"cancelled before submission, but deleting its element {element} of the array failed: {exc}")
+    else:
+        events.noted(job, f"deleted its element {element} of the array, cancelled before submission")
+
+
+def recover_stale_jobs() -> list[int]:
+    """Re-dispatch jobs whose dispatch message or worker was lost. Safe: dispatch is idempotent."""
+    now = timezone.now()
+    stale = now - timedelta(seconds=settings.KAKEHASHI_STALE_DISPATCH_SECONDS)
+    queued = Job.objects.filter(state=JobState.QUEUED, updated_at__lt=stale)
+    submitting = Job.objects.filter(state=JobState.SUBMITTING).exclude(dispatch_lease_until__gt=now)
+    rows = sorted(set(queued.values_list("id", "group_id", "array_index"))
+                  | set(submitting.values_list("id", "group_id", "array_index")))
+    ids, arrays = [], set()
+    for job_id, group_id, array_index in rows:
+        if array_index is not None:
+            if group_id in arrays:
+                continue  # one dispatch submits the whole array
+            arrays.add(group_id)
+        ids.append(job_id)
+    for job_id in ids:
+        enqueue(DISPATCH_JOB, job_id)
+    return ids

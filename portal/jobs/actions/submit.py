@@ -1,0 +1,141 @@
+"""Submit: a checked request becomes a recorded job with its estimate reserved, dispatched once committed.
+
+Flow: `submit_job` (web request or API: validate, render, record, reserve, enqueue) → `dispatch_job` (Celery task:
+hand it to the scheduler exactly once) → `tracking.track_cluster` (beat: one status query per cluster per cycle,
+final state from accounting, cost settled) → `outputs.fetch_output` (logs and outputs/ brought home).
+"""
+
+from __future__ import annotations
+
+import uuid as uuid_mod
+from dataclasses import dataclass, field
+
+from django.db import IntegrityError, transaction
+
+from portal.audit.actions import record
+from portal.budgets import actions as budgets
+from portal.budgets.queries import budget_of, budget_summary
+from portal.clusters.connect import NoClusterAccount, account_for, job_dir, renderer_for
+from portal.enqueue import DISPATCH_JOB, enqueue_on_commit
+from portal.jobs import transitions
+from portal.jobs.actions.validation import (
+    BudgetRefused,
+    JobRequest,
+    SubmitError,
+    checked_payload,
+    checked_size,
+    granted_cluster_and_hardware,
+    rendered,
+)
+from portal.jobs.models import Job
+from portal.jobs.specs import build_spec, scheduler_name
+from portal.projects import access
+from portal.projects.models import Project
+
+
+@dataclass
+class Submission:
+    job: Job
+    script: str
+    estimate: budgets.Money | None
+    created: bool = True
+    warnings: list[str] = field(default_factory=list)
+
+    @classmethod
+    def recorded(cls, job: Job) -> Submission:
+        """A job recorded earlier, as its submission answered (the same key or form asked again)."""
+        return cls(job, job.rendered_script, job.estimate, created=False)
+
+
+def prepare_job(user, req: JobRequest, *, require_account: bool = True) -> Submission:
+    """Validate a request and render its script without saving anything (the dry run and the preview).
+
+    A preview may go ahead without a linked cluster account (it then carries a warning); a submit may not.
+    """
+    access.require(user, req.project, "submit")
+    cluster, hw = granted_cluster_and_hardware(req)
+    walltime = checked_size(req, cluster, hw)
+    launcher, script = checked_payload(req)
+    warnings: list[str] = []
+    try:
+        account = account_for(cluster, user, req.project)
+    except NoClusterAccount as exc:
+        if require_account:
+            raise SubmitError(str(exc), field="hardware") from None
+        account = None
+        warnings.append(str(exc))
+
+    job_uuid = req.uuid or uuid_mod.uuid4()
+    name = scheduler_name(job_uuid, req.name)
+    job = Job(
+        uuid=job_uuid, project=req.project, user=user, cluster=cluster, hardware=hw, software=req.software,
+        name=req.name, kind=Job.Kind.NOTEBOOK if req.notebook is not None else Job.Kind.SCRIPT, nodes=req.nodes,
+        walltime_seconds=walltime, launcher=launcher, script=script, template=req.template,
+        procs_per_node=req.procs_per_node, working_directory=req.working_directory, notebook=req.notebook,
+        parameters=req.parameters or {}, env=req.env or {}, scheduler_name=name, remote_dir=job_dir(cluster, name),
+        account_username=account.username if account else "",
+    )
+    job.rendered_script, job.submit_command = rendered(renderer_for(cluster), build_spec(job), req.edited_script)
+
+    estimate = None
+    if hw is not None:
+        budget = budget_of(req.project)
+        unit = budget.unit if budget else hw.rate_unit
+        try:
+            estimate = budgets.cost(hw.rate, hw.rate_unit, req.nodes, walltime, unit)
+        except budgets.NoConversion as exc:
+            raise SubmitError(str(exc), field="hardware") from None
+        job.estimate_amount, job.estimate_unit = estimate.amount, estimate.unit
+    return Submission(job=job, script=job.rendered_script, estimate=estimate, created=False, warnings=warnings)
+
+
+def submit_job(user, req: JobRequest, *, dry_run: bool = False, idempotency_key: str | None = None) -> Submission:
+    """Validate, render, and (unless dry_run) record the job, reserve its estimate and enqueue its dispatch."""
+    if idempotency_key:
+        existing = Job.objects.filter(user=user, idempotency_key=idempotency_key).first()
+        if existing is not None:
+            return Submission.recorded(existing)
+    if req.uuid is not None:
+        existing = Job.objects.filter(uuid=req.uuid, user=user).first()
+        if existing is not None:  # the same form posted twice
+            return Submission.recorded(existing)
+    prepared = prepare_job(user, req, require_account=not dry_run)
+    if dry_run:
+        return prepared
+    job = prepared.job
+    job.idempotency_key = idempotency_key or None
+    try:
+        with transaction.atomic():
+            record_jobs([job], user, reason="submitted", dispatch=[job])
+            record("job.submit", actor=user, project=job.project, target=job, estimate=str(job.estimate_amount))
+    except IntegrityError:
+        # Two requests with the same idempotency key or form id raced: the first one won.
+        existing = Job.objects.filter(user=user, idempotency_key=idempotency_key).first() if idempotency_key else None
+        existing = existing or Job.objects.filter(uuid=job.uuid, user=user).first()
+        if existing is None:
+            raise
+        return Submission.recorded(existing)
+    return Submission(job, job.rendered_script, prepared.estimate, created=True, warnings=_budget_warnings(job.project))
+
+
+def record_jobs(jobs: list[Job], user, *, reason: str, dispatch: list[Job]) -> None:
+    """Save prepared jobs of one project with their first events and one reservation for all of them (all fit a
+    strict budget or none is recorded), and dispatch `dispatch` once committed. In a transaction."""
+    transitions.record_new(jobs, reason=reason, actor=user)
+    project = jobs[0].project
+    try:
+        budgets.reserve_many(project, [(j, j.estimate_amount) for j in jobs if j.estimate_amount is not None],
+                             actor=user)
+    except budgets.BudgetExceeded as exc:
+        raise BudgetRefused(str(exc), field="walltime") from None
+    for job in dispatch:
+        enqueue_on_commit(DISPATCH_JOB, job.pk)
+
+
+def _budget_warnings(project: Project) -> list[str]:
+    summary = budget_summary(project)
+    if summary is None or summary.strict:  # a strict budget refuses instead of warning
+        return []
+    if summary.available < 0:
+        return [f"project {project.slug} is over its (soft) budget by {-summary.available:.2f} {summary.unit}"]
+    return []

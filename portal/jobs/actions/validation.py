@@ -1,0 +1,263 @@
+"""What a job request must satisfy before anything is recorded: the grant, the size, the payload, an edit.
+
+Every refusal is a SubmitError whose message tells the person what to change (and which field); the pages and
+the API show it as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import uuid as uuid_mod
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+
+from backends.base import Backend, InvalidJobSpec, JobSpec, Reach
+from backends.safety import bash_syntax_error, check_env, check_job_name, check_path
+from backends.script import hms
+from portal.catalog import job_templates
+from portal.catalog.models import HardwareType, Software
+from portal.clusters.connect import reach_of
+from portal.clusters.models import Allocation, Cluster
+from portal.jobs.models import Job
+from portal.projects.models import Project
+
+# A job's walltime as the pages and the API show it, and as the schedulers take it.
+format_walltime = hms
+
+
+_HMS = re.compile(r"^(?:(\d+)-)?(\d{1,4}):(\d{1,2})(?::(\d{1,2}))?$")
+_UNITS = re.compile(r"(\d+(?:\.\d+)?)\s*([dhms])", re.I)
+_UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def parse_walltime(text: str | int) -> int:
+    """Seconds from "HH:MM:SS", "HH:MM", "D-HH:MM:SS", "2h", "90m", "1d12h" or a number of seconds."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        seconds = text
+    else:
+        raw = str(text).strip()
+        match = _HMS.match(raw)
+        if match:
+            days, hours, minutes, secs = match.groups()
+            if int(minutes) >= 60 or (secs and int(secs) >= 60):
+                raise ValidationError(f"walltime {raw!r}: minutes and seconds must be below 60")
+            seconds = int(days or 0) * 86400 + int(hours) * 3600 + int(minutes) * 60 + int(secs or 0)
+        elif raw.isdigit():
+            seconds = int(raw)
+        elif raw and _UNITS.sub("", raw).strip() == "" and _UNITS.search(raw):
+            seconds = int(sum(float(n) * _UNIT_SECONDS[u.lower()] for n, u in _UNITS.findall(raw)))
+        else:
+            raise ValidationError(
+                f"walltime {raw!r} is not a duration: write HH:MM:SS (e.g. 01:30:00) or 90m, 2h, 1d"
+            )
+    if seconds <= 0:
+        raise ValidationError("walltime must be longer than zero")
+    return seconds
+
+
+class SubmitError(Exception):
+    """A job that cannot be submitted as asked. The message tells the person what to change."""
+
+    code = "invalid"
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message, self.field = message, field
+
+
+class BudgetRefused(SubmitError):
+    code = "budget_exceeded"
+
+
+@dataclass
+class JobRequest:
+    project: Project
+    name: str
+    script: str = ""
+    hardware: HardwareType | None = None
+    cluster: Cluster | None = None  # only needed without hardware (the local cluster)
+    software: Software | None = None
+    nodes: int = 1
+    walltime: str | int = "01:00:00"
+    launcher: str | None = None  # None: the template's launcher, else run the script once
+    env: dict[str, str] = field(default_factory=dict)
+    template: str = ""
+    procs_per_node: int = 0
+    working_directory: str = ""
+    notebook: dict[str, Any] | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
+    edited_script: str | None = None  # advanced mode: the user's edit of the rendered job script
+    uuid: uuid_mod.UUID | None = None  # the preview's id, so what was previewed is what is submitted
+
+
+def granted_cluster_and_hardware(req: JobRequest) -> tuple[Cluster, HardwareType | None]:
+    """The cluster and hardware, if the project is granted them (and the software, if any, is there)."""
+    cluster = req.hardware.cluster if req.hardware else req.cluster
+    if cluster is None:
+        raise SubmitError("choose the hardware to run on", field="hardware")
+    if not cluster.enabled:
+        raise SubmitError(f"{cluster.name} is switched off by the site admins", field="hardware")
+    allocation = Allocation.objects.filter(project=req.project, cluster=cluster).first()
+    if allocation is None:
+        raise SubmitError(f"project {req.project.slug} has no allocation on {cluster.name}", field="hardware")
+    hw = req.hardware
+    # Only the portal host itself has nothing to choose between (the `make run` demo).
+    if hw is None and reach_of(cluster) is not Reach.LOCAL:
+        raise SubmitError(f"choose a hardware type of {cluster.name}", field="hardware")
+    if hw is not None:
+        if not hw.enabled:
+            raise SubmitError(f"{hw.name} is not available at the moment", field="hardware")
+        if allocation.hardware.exists() and not allocation.hardware.filter(pk=hw.pk).exists():
+            raise SubmitError(f"project {req.project.slug} may not use {hw.name}", field="hardware")
+    if req.software is not None:
+        software_ok = req.software.enabled and req.software.clusters.filter(pk=cluster.pk).exists()
+        restricted = req.software.projects.exists()
+        if not software_ok or (restricted and not req.software.projects.filter(pk=req.project.pk).exists()):
+            raise SubmitError(f"{req.software.name} is not available on {cluster.name} for this project", field="software")
+    return cluster, hw
+
+
+def checked_size(req: JobRequest, cluster: Cluster, hw: HardwareType | None) -> int:
+    """Name, walltime (in seconds, within the hardware's and the project's limits) and node count."""
+    try:
+        check_job_name(req.name)
+    except InvalidJobSpec as exc:
+        raise SubmitError(str(exc), field="name") from None
+    try:
+        walltime = parse_walltime(req.walltime)
+    except ValidationError as exc:
+        raise SubmitError(exc.messages[0], field="walltime") from None
+    limits = []
+    if hw is not None:
+        limits.append((hw.max_walltime_hours * 3600, f"{hw.name} allows at most {hw.max_walltime_hours} h"))
+    if req.project.max_walltime_hours:
+        limits.append(
+            (req.project.max_walltime_hours * 3600, f"project {req.project.slug} allows at most {req.project.max_walltime_hours} h")
+        )
+    for limit, why in limits:
+        if walltime > limit:
+            raise SubmitError(f"walltime {format_walltime(walltime)} is too long: {why}", field="walltime")
+    max_nodes = hw.max_nodes if hw is not None else 1
+    if not isinstance(req.nodes, int) or req.nodes < 1:
+        raise SubmitError("nodes must be a whole number of at least 1", field="nodes")
+    if req.nodes > max_nodes:
+        raise SubmitError(f"{hw.name if hw else cluster.name} allows at most {max_nodes} node(s)", field="nodes")
+    return walltime
+
+
+def checked_payload(req: JobRequest) -> tuple[str, str]:
+    """(launcher, payload script): from the script, a template or a notebook; environment and paths checked."""
+    template = job_templates.get(req.template)
+    if req.template and template is None:
+        raise SubmitError(f"unknown job template {req.template!r}; known: {', '.join(job_templates.TEMPLATES)}", field="template")
+    launcher = req.launcher or (template.launcher if template else Job.Launcher.SCRIPT)
+    # Browsers submit textareas with CRLF line ends: on a cluster every line would end in a stray \r.
+    script = (req.script or "").replace("\r\n", "\n")
+    if template is not None and not script.strip():
+        script = template.script
+    if req.notebook is not None:
+        script = notebook_payload(req.notebook, req.parameters)
+    else:
+        if not script or not script.strip():
+            raise SubmitError("the script is empty: write the commands the job should run", field="script")
+        if len(script.encode()) > settings.KAKEHASHI_MAX_SCRIPT_BYTES:
+            raise SubmitError(
+                f"the script is larger than {settings.KAKEHASHI_MAX_SCRIPT_BYTES // 1024} KiB; put large code in files "
+                "on shared storage and call them from a short script",
+                field="script",
+            )
+        if syntax := bash_syntax_error(script):
+            raise SubmitError(f"the script is not valid bash: {syntax}", field="script")
+    if not isinstance(req.parameters, dict):
+        raise SubmitError("parameters must be an object of name: value", field="parameters")
+    try:
+        check_env(req.env or {})
+        if req.notebook is None:
+            check_env({k: v if isinstance(v, str) else json.dumps(v) for k, v in req.parameters.items()})
+    except InvalidJobSpec as exc:
+        raise SubmitError(str(exc), field="parameters" if req.parameters else "env") from None
+    try:
+        check_path(req.working_directory, what="working directory")
+    except InvalidJobSpec as exc:
+        raise SubmitError(str(exc), field="working_directory") from None
+    if launcher not in Job.Launcher.values:
+        raise SubmitError(f"unknown launcher {launcher!r}: use script, torchrun or mpirun", field="launcher")
+    if not isinstance(req.procs_per_node, int) or not 0 <= req.procs_per_node <= 1024:
+        raise SubmitError("processes per node must be a whole number from 0 (one per GPU) to 1024", field="procs_per_node")
+    return launcher, script
+
+
+NOTEBOOK_OUTPUT = "outputs/notebook.ipynb"
+
+
+def notebook_payload(notebook: Any, parameters: Any) -> str:
+    """Check a notebook and its parameters; the payload that runs it headless with papermill."""
+    import nbformat
+
+    if not isinstance(notebook, dict):
+        raise SubmitError("the notebook must be a Jupyter notebook (a JSON object), not " + type(notebook).__name__, field="notebook")
+    try:
+        nbformat.validate(nbformat.from_dict(notebook))
+    except Exception as exc:  # noqa: BLE001 - nbformat raises several kinds; all mean "not a notebook"
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        raise SubmitError(f"this is not a valid Jupyter notebook: {first}", field="notebook") from None
+    if len(json.dumps(notebook).encode()) > settings.KAKEHASHI_MAX_NOTEBOOK_BYTES:
+        raise SubmitError(
+            f"the notebook is larger than {settings.KAKEHASHI_MAX_NOTEBOOK_BYTES // (1024 * 1024)} MiB; clear its outputs first",
+            field="notebook",
+        )
+    if not isinstance(parameters, dict) or not all(isinstance(k, str) and k.isidentifier() for k in parameters):
+        raise SubmitError("parameters must be an object whose keys are Python identifiers", field="parameters")
+    # papermill reads parameters.json (JSON is YAML) and writes the executed notebook next to the outputs.
+    return (
+        f'papermill notebook.ipynb "$KAKEHASHI_JOB_DIR/{NOTEBOOK_OUTPUT}" -f parameters.json '
+        '--cwd "$KAKEHASHI_JOB_DIR" --no-progress-bar --log-output\n'
+    )
+
+
+def checked_edit(edited: str | None, rendered: str, renderer: Backend) -> str:
+    """Advanced mode: the body may change, the directives may not (they follow from the form and the budget).
+
+    The script to submit: `rendered` when there is no edit (or it changes nothing), else the checked edit.
+    """
+    if edited is None or edited.strip() == rendered.strip():
+        return rendered
+    if not edited.strip():
+        raise SubmitError("the edited script is empty", field="edited_script")
+    if "\0" in edited or len(edited.encode()) > settings.KAKEHASHI_MAX_SCRIPT_BYTES:
+        raise SubmitError("the edited script is not text or is too large", field="edited_script")
+    if not edited.startswith("#!"):
+        raise SubmitError("the edited script must keep its first line (#!/bin/bash)", field="edited_script")
+    if syntax := bash_syntax_error(edited):
+        raise SubmitError(f"the edited script is not valid bash: {syntax}", field="edited_script")
+    wanted = sorted(renderer.directive_lines(rendered))
+    got = sorted(renderer.directive_lines(edited))
+    if wanted != got:
+        extra = sorted(set(got) - set(wanted))
+        missing = sorted(set(wanted) - set(got))
+        detail = "; ".join(
+            ([f"added/changed: {', '.join(extra)}"] if extra else [])
+            + ([f"removed: {', '.join(missing)}"] if missing else [])
+        )
+        raise SubmitError(
+            "scheduler directives are set from the form (hardware, nodes, walltime) and cannot be edited here "
+            f"— change the form instead ({detail})",
+            field="edited_script",
+        )
+    return edited.replace("\r\n", "\n")
+
+
+def rendered(renderer: Backend, spec: JobSpec, edited: str | None, *, point: str = "") -> tuple[str, str]:
+    """(the script to submit, its submit command): rendered from `spec`, or the person's checked edit of it.
+    `point` names a sweep's point in the message of a spec that cannot be rendered."""
+    try:
+        script = renderer.render(spec)
+        command = shlex.join(renderer.submit_command(spec))
+    except InvalidJobSpec as exc:
+        raise SubmitError(f"sweep point {point}: {exc}" if point else str(exc), field="sweep" if point else None) from None
+    return checked_edit(edited, script, renderer), command

@@ -1,0 +1,34 @@
+"""Every row lock taken on jobs, by name, in primary-key order (Saleor's `lock_objects.py` shape).
+
+The lock order, everywhere: a job's row (a sweep's rows in pk order) first, then its project's budget row
+(portal/budgets/locks.py). `transitions.transition` settles money while it holds the job, so code that holds a
+budget row never waits for a job; two transactions taking rows in this order cannot deadlock. Call inside a
+transaction.
+"""
+
+from __future__ import annotations
+
+from portal.jobs.models import Job, JobOutput, JobState
+
+
+def job(job_id: int) -> Job:
+    """One job, with what its transitions read (project, cluster, hardware)."""
+    return Job.objects.select_for_update(of=("self",)).select_related("project", "cluster", "hardware").get(pk=job_id)
+
+
+def group_jobs(group_id: int, *, submitting_only: bool = False) -> list[Job]:
+    """The jobs of a sweep, in pk order; only those being submitted, if asked."""
+    jobs = Job.objects.select_for_update().filter(group_id=group_id)
+    if submitting_only:
+        jobs = jobs.filter(state=JobState.SUBMITTING)
+    return list(jobs.order_by("pk"))
+
+
+def job_row(job_id: int) -> None:
+    """A job's row only, to serialise work on the job that writes no job field (collecting its outputs)."""
+    Job.objects.select_for_update().filter(pk=job_id).first()
+
+
+def job_output(job: Job, stream: str) -> JobOutput:
+    """The portal's copy of one of a job's streams (taken after the job's row, when both are locked)."""
+    return JobOutput.objects.select_for_update().get(job=job, stream=stream)

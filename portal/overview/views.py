@@ -1,0 +1,52 @@
+"""Overview pages: the dashboard, the projects, a project's page and its live budget bar, the site admin's page."""
+
+from __future__ import annotations
+
+from django.contrib.admin.views.decorators import staff_member_required
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import get_object_or_404, render
+
+from portal.budgets.queries import budget_summary
+from portal.catalog.models import HardwareType, Preset, Software
+from portal.jobs.queries import visible_jobs
+from portal.overview import queries
+from portal.projects import access
+from portal.usage.cloud import cloud_now
+
+
+@login_required
+def dashboard(request):
+    projects = queries.project_cards(request.user)
+    jobs = visible_jobs(request.user)[:10]
+    return render(request, "dashboard.html", {"projects": projects, "jobs": jobs})
+
+
+@login_required
+def project_list(request):
+    return render(request, "projects/list.html", {"projects": queries.project_cards(request.user)})
+
+
+@login_required
+def project_detail(request, slug: str):
+    project = get_object_or_404(access.visible_projects(request.user), slug=slug)
+    return render(request, "projects/detail.html", queries.project_page(request.user, project))
+
+
+@login_required
+def budget_bar(request, slug: str):
+    """The budget bar alone, polled by the project page so spending shows while jobs run."""
+    project = get_object_or_404(access.visible_projects(request.user), slug=slug)
+    return render(request, "partials/budget_bar.html", {"budget": budget_summary(project)})
+
+
+@staff_member_required
+def site_admin(request):
+    """The site admin's overview: clusters and how they answer, hardware with prices and measured speed, software."""
+    return render(request, "catalog/site_admin.html", {
+        "clusters": queries.clusters_with_active_jobs(),
+        "hardware": HardwareType.objects.select_related("cluster"),
+        "software": Software.objects.prefetch_related("clusters"),
+        "presets": Preset.objects.all(),
+        "cloud": cloud_now(),
+        "cloud_stopped": queries.cloud_stops(),
+    })

@@ -1,0 +1,228 @@
+"""Cloud jobs in the portal: set up a site, price and preview a job, run it with its data, and leave nothing running.
+
+AWS's APIs are a moto server and the object store a real S3 server (SeaweedFS), both started by the tests;
+moto's Batch ends a job as it is submitted, so a job that must wait or run is held in that state on the server
+(tests/moto_aws.py), and the container's command runs as a process on this host (no container runtime here).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.core.management import call_command
+from django.urls import reverse
+from django.utils import timezone
+
+from portal.audit.models import AuditEntry
+from portal.budgets.models import LedgerEntry
+from portal.catalog.models import CloudPrice, HardwareType
+from portal.clusters.connect import backend_for
+from portal.jobs import actions, outputs, tracking
+from portal.jobs.actions import JobRequest
+from portal.jobs.models import Job, JobState
+from portal.usage import cloud, enforcement
+from tests.backends.test_batch_entrypoint import run_as_batch
+
+pytestmark = pytest.mark.django_db
+
+
+def submitted(site, *, name="train", hardware=None, walltime="02:00:00", nodes=1, script="echo hello\n", **extra) -> Job:
+    """Submitted as the form or the API would, and handed to AWS by the dispatch worker's own function."""
+    request = JobRequest(project=site.project, name=name, script=script, hardware=hardware or site.p4d,
+                         software=site.pytorch, walltime=walltime, nodes=nodes, **extra)
+    job = actions.submit_job(site.alice, request).job
+    outcome = actions.dispatch_job(job.pk)
+    assert outcome.status == "submitted", outcome.detail
+    return Job.objects.get(pk=job.pk)
+
+
+def test_cloud_setup_creates_the_queues_once_and_teardown_removes_them(aws_site, capsys, moto_aws):
+    call_command("cloud_setup", "aws")
+    assert all(line.startswith(("unchanged", "created", "registered")) for line in capsys.readouterr().out.splitlines())
+    call_command("cloud_setup", "aws")
+    assert set(line.split()[0] for line in capsys.readouterr().out.splitlines()) == {"unchanged"}
+    assert AuditEntry.objects.filter(action="cluster.cloud_setup").count() == 3
+    call_command("cloud_setup", "aws", "--teardown")
+    assert "deleted job queue kakehashi-aws-p4d-24xlarge-on-demand" in capsys.readouterr().out
+    assert moto_aws.client("batch").describe_job_queues()["jobQueues"] == []
+
+
+def test_cloud_setup_refuses_a_cluster_that_is_not_aws_batch(local_site):
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="not AWS Batch"):
+        call_command("cloud_setup", "local")
+
+
+def test_the_price_table_is_the_rate_of_cloud_hardware_and_an_admin_edit_changes_it(aws_site, admin_client):
+    assert (aws_site.p4d.rate, aws_site.p4d.rate_unit) == (Decimal("32.7726"), "USD")
+    price = CloudPrice.objects.get(instance_type="p4d.24xlarge")
+    response = admin_client.post(reverse("admin:catalog_cloudprice_change", args=[price.pk]), {
+        "region": price.region, "instance_type": price.instance_type, "market": "on-demand",
+        "price_per_hour": "21.9580", "currency": "USD"})
+    assert response.status_code == 302
+    assert HardwareType.objects.get(pk=aws_site.p4d.pk).rate == Decimal("21.9580")
+    entry = AuditEntry.objects.filter(action="hardware.price", target_id=str(aws_site.p4d.pk)).first()
+    assert entry.actor.is_superuser and entry.data["after"] == "21.9580 USD"
+    # The rate of cloud hardware is the table's: the hardware's own page shows it, and does not offer to edit it.
+    page = admin_client.get(reverse("admin:catalog_hardwaretype_change", args=[aws_site.p4d.pk])).content.decode()
+    assert "21.9580" in page and 'name="rate"' not in page
+    local = admin_client.get(reverse("admin:catalog_hardwaretype_change", args=[aws_site.hardware.pk])).content.decode()
+    assert 'name="rate"' in local
+
+
+def test_a_researcher_moves_a_job_between_hpc_and_aws_by_changing_only_the_hardware(aws_site):
+    request = dict(project=aws_site.project, name="same", script="python train.py\n", software=aws_site.pytorch,
+                   walltime="01:00:00")
+    on_local = actions.prepare_job(aws_site.alice, JobRequest(**request, hardware=aws_site.hardware))
+    on_aws = actions.prepare_job(aws_site.alice, JobRequest(**request, hardware=aws_site.p4d))
+    assert "apptainer exec" in on_local.script and "docker://nvcr.io/nvidia/pytorch:24.05-py3" in on_local.script
+    assert '"image": "nvcr.io/nvidia/pytorch:24.05-py3"' in on_aws.script
+    assert '"type": "GPU",' in on_aws.script and on_aws.job.submit_command.startswith("aws batch submit-job")
+    # 1 node × 32.7726 USD/h × 1 h × 150 JPY/USD, in the project's budget unit
+    assert (on_aws.estimate.amount, on_aws.estimate.unit) == (Decimal("4915.8900"), "JPY")
+
+
+def test_a_cloud_job_is_refused_when_its_estimate_exceeds_a_strict_budget(aws_site):
+    with pytest.raises(actions.BudgetRefused, match="JPY"):
+        actions.submit_job(aws_site.alice, JobRequest(project=aws_site.project, name="big", script="echo\n",
+                                                      hardware=aws_site.p4d, software=aws_site.pytorch,
+                                                      nodes=2, walltime="10:00:00"))
+
+
+def test_a_cloud_job_runs_with_its_data_and_the_portal_shows_its_log_and_outputs(aws_site, client, tmp_path):
+    store = aws_site.store
+    job = submitted(aws_site, script='echo "training on $(hostname)"\nmkdir -p outputs && echo 0.93 > outputs/accuracy.txt\n')
+    assert job.state == JobState.PENDING and job.remote_dir == f"kakehashi-jobs/{job.scheduler_name}"
+    backend = backend_for(job.cluster)
+    done = run_as_batch(backend, job.scheduler_id, store, tmp_path / "container")  # what the container does on AWS
+    assert done.returncode == 0, done.stderr.decode()
+
+    calls = []
+    backend.aws.batch.meta.events.register("before-call.batch.DescribeJobs", lambda **_: calls.append(1))
+    assert tracking.track_cluster(job.cluster_id).finished == 1
+    assert len(calls) == 1  # the queue's view and the final record come from one describe_jobs
+    job.refresh_from_db()
+    assert job.state == JobState.COMPLETED
+    outputs.fetch_output(job.pk)
+    client.force_login(aws_site.alice)
+    page = client.get(reverse("job-detail", args=[job.pk])).content.decode()
+    assert "accuracy.txt" in page
+    assert f"s3://{aws_site.aws.options['bucket']}/{job.remote_dir}/" in page  # where its files are
+    log = client.get(reverse("job-log", args=[job.pk, "stdout"])).content.decode()
+    assert "training on" in log
+    ledger = dict(LedgerEntry.objects.filter(job=job).values_list("kind", "amount"))
+    assert ledger["reserve"] == Decimal("9831.7800") and ledger["release"] == ledger["reserve"]
+    assert "settle" in ledger
+
+
+# ------------------------------------------------------------------------------------------ reconciler
+
+
+def test_the_reconciler_stops_a_job_the_portal_does_not_know_and_says_so_on_the_site_page(aws_site, moto_aws, admin_client):
+    batch = moto_aws.client("batch")
+    stray = batch.submit_job(jobName="someones-notebook", jobQueue="kakehashi-aws-p4d-24xlarge-on-demand",
+                             jobDefinition="kakehashi-aws-p4d-24xlarge-on-demand",
+                             tags={"kakehashi:project": "nlp", "kakehashi:user": "mallory"})["jobId"]
+    moto_aws.hold(stray, "RUNNING", started=timezone.now() - timedelta(hours=240))
+    report = cloud.reconcile(aws_site.aws)
+    assert [s.scheduler_id for s in report.stopped] == [stray]
+    assert moto_aws.stop_reason(stray) == "Stopped by Kakehashi's reconciler: not a job the portal knows"
+    entry = AuditEntry.objects.get(action="cloud.job_stopped")
+    assert entry.data["scheduler_id"] == stray and entry.data["tags"]["kakehashi:user"] == "mallory"
+    page = admin_client.get(reverse("site-admin")).content.decode()
+    assert stray in page and "not a job the portal knows" in page and "mallory" in page
+    assert "32.77 USD/h" in page and "4915.89 JPY/h" in page  # one p4d node's burn
+
+
+def test_the_reconciler_stops_a_portal_job_running_past_its_walltime_and_it_ends_timed_out(aws_site, moto_aws):
+    job = submitted(aws_site, walltime="01:00:00")
+    moto_aws.hold(job.scheduler_id, "RUNNING", started=timezone.now() - timedelta(hours=3))
+    report = cloud.reconcile(aws_site.aws)
+    assert [s.job_id for s in report.stopped] == [job.pk]
+    reason = moto_aws.stop_reason(job.scheduler_id)
+    assert reason.startswith("Stopped by Kakehashi's reconciler: past its walltime")
+    assert AuditEntry.objects.get(action="cloud.job_stopped").project == aws_site.project
+
+
+def test_the_reconciler_leaves_a_known_job_in_its_walltime_and_shows_whose_it_is(aws_site, moto_aws):
+    job = submitted(aws_site, walltime="02:00:00")
+    moto_aws.hold(job.scheduler_id, "RUNNING", started=timezone.now() - timedelta(minutes=30))
+    report = cloud.reconcile(aws_site.aws)
+    assert report.stopped == []
+    (seen,) = report.running
+    assert (seen.job_id, seen.project, seen.user, seen.burn_per_hour, seen.burn_unit) == (
+        job.pk, "vision", "alice", "32.77", "USD")
+    assert moto_aws.stop_reason(job.scheduler_id) is None
+
+
+def test_a_job_a_dispatch_submitted_but_has_not_recorded_yet_is_left_alone(aws_site, moto_aws):
+    job = actions.submit_job(aws_site.alice, JobRequest(project=aws_site.project, name="in-flight", script="echo\n",
+                                                        hardware=aws_site.p4d, software=aws_site.pytorch)).job
+    batch = moto_aws.client("batch")  # the dispatch worker's submit, its reply not recorded yet
+    in_flight = batch.submit_job(jobName=job.scheduler_name, jobQueue="kakehashi-aws-p4d-24xlarge-on-demand",
+                                 jobDefinition="kakehashi-aws-p4d-24xlarge-on-demand")["jobId"]
+    moto_aws.hold(in_flight, "RUNNABLE")
+    report = cloud.reconcile(aws_site.aws)
+    assert report.stopped == [] and [s.scheduler_id for s in report.running] == [in_flight]
+
+
+def test_the_cloud_rows_of_the_comparison_price_the_shape_and_say_how_many_jobs_wait_in_each_queue(aws_site, moto_aws):
+    from portal.catalog.prices import cloud_rows
+
+    batch = moto_aws.client("batch")
+    for _ in range(2):
+        waiting = batch.submit_job(jobName="someone-else", jobQueue="kakehashi-aws-p4d-24xlarge-on-demand",
+                                   jobDefinition="kakehashi-aws-p4d-24xlarge-on-demand")["jobId"]
+        moto_aws.hold(waiting, "RUNNABLE")
+    job = submitted(aws_site)  # the portal's own, also waiting
+    moto_aws.hold(job.scheduler_id, "RUNNABLE")
+    cloud.reconcile(aws_site.aws)  # what the beat does; the page reads what it saw
+    (row,) = cloud_rows(aws_site.project, gpus_per_node=8, gpu_model="a100", nodes=1, walltime_seconds=7200)
+    assert row.hardware == aws_site.p4d and row.waiting == 1  # the two strays were stopped, the portal's waits
+    assert (row.cost.amount, row.cost.unit) == (Decimal("9831.7800"), "JPY")
+    assert str(row.price) == "32.77 USD" and row.seen_at
+    assert [r.hardware for r in cloud_rows(aws_site.project, gpus_per_node=1, nodes=1, walltime_seconds=3600)] == [aws_site.g5]
+    assert cloud_rows(aws_site.other, gpus_per_node=8, nodes=1, walltime_seconds=3600) == []  # no allocation there
+
+
+# ---------------------------------------------------------------------------------------------- money
+
+
+def test_a_strict_budget_cancels_a_running_cloud_job_counting_its_burn(aws_site, moto_aws):
+    job = submitted(aws_site, walltime="02:00:00")
+    moto_aws.hold(job.scheduler_id, "RUNNING", started=timezone.now() - timedelta(hours=1))
+    assert tracking.apply_status(job.pk, JobState.PENDING, JobState.RUNNING)
+    Job.objects.filter(pk=job.pk).update(started_at=timezone.now() - timedelta(hours=5))
+    burn = enforcement.burn(aws_site.project)
+    assert Decimal("24578.45") <= burn < Decimal("24600")  # 5 h × 32.7726 USD/h × 150 JPY/USD, past 20,000 JPY
+    report = enforcement.enforce(aws_site.budget)
+    assert report.cancelled == [job.pk]
+    assert actions.cancel_on_scheduler(job.pk) == "cancel sent"  # what the cancel task runs
+    assert moto_aws.stop_reason(job.scheduler_id).startswith("Cancelled through Kakehashi")
+
+
+def test_a_sweep_on_aws_is_one_array_job_whose_points_are_each_tracked_to_their_end(aws_site):
+    request = JobRequest(project=aws_site.project, name="lr-sweep", script='echo "lr=$LR"\n', hardware=aws_site.g5,
+                         software=aws_site.pytorch, walltime="00:30:00")
+    sweep = actions.submit_sweep(aws_site.alice, request, {"LR": [0.1, 0.01, 0.001]})
+    assert sweep.array and '"KAKEHASHI_S3_PREFIX"' in sweep.script
+    assert actions.dispatch_job(sweep.jobs[0].pk).status == "submitted"
+    jobs = list(Job.objects.filter(group=sweep.group).order_by("array_index"))
+    array_id = jobs[0].scheduler_id.split(":")[0]
+    assert [job.scheduler_id for job in jobs] == [f"{array_id}:{i}" for i in range(3)]
+    assert tracking.track_cluster(aws_site.aws.pk).finished == 3
+    assert {job.state for job in Job.objects.filter(group=sweep.group)} == {JobState.COMPLETED}
+    assert LedgerEntry.objects.filter(job__group=sweep.group, kind="settle").count() == 3
+
+
+def test_a_clusters_cloud_key_is_stored_encrypted_and_never_shown_back(aws_site, admin_client):
+    from portal.clusters.models import CloudCredential
+
+    credential = CloudCredential.objects.get(cluster=aws_site.aws)
+    secret = aws_site.store.secret_key
+    assert secret not in credential.secret_encrypted and credential.secret() == secret
+    page = admin_client.get(reverse("admin:clusters_cluster_change", args=[aws_site.aws.pk])).content.decode()
+    assert credential.access_key_id in page and secret not in page and credential.secret_encrypted not in page
