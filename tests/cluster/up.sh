@@ -3,6 +3,7 @@
 # systemd, and wait until every part answers. Idempotent: returns at once when everything is already healthy.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+source "$HERE/sge-nodes.sh"
 with_lock "$0" "$@"
 
 [[ $EUID -eq 0 ]] || die "run as root"
@@ -19,8 +20,11 @@ slurm_nodes_ok() {
 }
 
 sge_exec_ok() {
-    # The states column of all.q@localhost is empty when the queue instance is usable.
-    qstat -f -q all.q 2>/dev/null | awk '$1 == "all.q@localhost" {found = 1; ok = (NF == 5)} END {exit !(found && ok)}'
+    # The states column of a queue instance is empty when it is usable: all.q@localhost and each node's.
+    local want="all.q@localhost ${SGE_NODES[*]/#/$SGE_NODE_QUEUE@}"
+    qstat -f 2>/dev/null | awk -v want="$want" '
+        BEGIN {n = split(want, w, " "); for (i = 1; i <= n; i++) need[w[i]] = 1}
+        ($1 in need) && NF == 5 {ok++} END {exit ok != n}'
 }
 
 ssh_ports_open() {
@@ -50,7 +54,9 @@ need_install() {
     [[ -n $(packages_missing) ]] && return 0
     [[ -x $TORQUE_BIN/qsub && -x $SITE_SGE_BIN/qsub && -f $MODULEFILES/cuda/12.4 && -L $GPU_DEV_DIR/nvidia7 \
            && -x $OPT_DIR/slurm/task_prolog.sh && -f $MODULEFILES/pytorch/2.13 \
-           && -f $OPT_DIR/pyenv/.kakehashi-$JOB_PYTHON_STAMP && -x $SLOW_BIN/sbatch ]] \
+           && -f $OPT_DIR/pyenv/.kakehashi-$JOB_PYTHON_STAMP && -x $SLOW_BIN/sbatch && -x $SITE_SGE_JSV \
+           && -x $APPTAINER_DIR/bin/apptainer && -L /usr/local/bin/apptainer \
+           && -f $IMAGES_DIR/.kakehashi-$IMAGES_STAMP-$JOB_PYTHON_STAMP ]] \
         || return 0
     grep -qxF "$MODULEFILES" /etc/environment-modules/modulespath || return 0
     return 1
@@ -68,6 +74,7 @@ setup_node_names() {
     for n in "${SLURM_NODES[@]}"; do
         getent hosts "$n" >/dev/null || echo "127.0.0.1 $n" >>/etc/hosts
     done
+    sge_node_names
 }
 
 setup_node_names
@@ -298,6 +305,8 @@ GresTypes=gpu
 # PBS_NODEFILE for jobs from the PBS login node (see install.sh).
 TaskProlog=$OPT_DIR/slurm/task_prolog.sh
 Epilog=$OPT_DIR/slurm/epilog.sh
+# Torque's nodes=N:ppn=P per node for jobs from the PBS login node (/etc/slurm/job_submit.lua).
+JobSubmitPlugins=lua
 EOF
     local port=6821
     for n in "${SLURM_NODES[@]}"; do
@@ -314,6 +323,26 @@ EOF
     echo "PartitionName=gpu Nodes=$nodes Default=YES MaxTime=24:00:00 DefaultTime=01:00:00 State=UP" \
         >>/etc/slurm/slurm.conf.new
     mv -f /etc/slurm/slurm.conf.new /etc/slurm/slurm.conf
+
+    cat >/etc/slurm/job_submit.lua <<'EOF'
+-- Written by Kakehashi tests/cluster/up.sh. Torque's "#PBS -l nodes=N:ppn=P" means P processors on each of N
+-- nodes; sbatch reads it as N nodes and N*P tasks, which Slurm may spread unevenly (3 + 1 for nodes=2:ppn=2),
+-- so mpirun -npernode P would find too few slots on a node. Give such jobs P tasks per node, as Torque does.
+function slurm_job_submit(job_desc, part_list, submit_uid)
+   local script = job_desc.script
+   if script ~= nil and job_desc.ntasks_per_node == slurm.NO_VAL16 then
+      local ppn = string.match(script, "\n#PBS%s+%-l%s+nodes=%d+:ppn=(%d+)")
+      if ppn ~= nil then
+         job_desc.ntasks_per_node = tonumber(ppn)
+      end
+   end
+   return slurm.SUCCESS
+end
+
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+   return slurm.SUCCESS
+end
+EOF
 
     {
         echo "# Fake GPUs: slurmd 22.05 drops GPUs without File=, so point them at /dev/null symlinks."
@@ -403,7 +432,7 @@ sge_fix_hostname() {
     # qmaster resolves 127.0.0.1 to "localhost" while clients call themselves $(hostname): without the alias
     # every client gets "access denied (client IP resolved to host name localhost ...)".
     local common=$SGE_ROOT/$SGE_CELL/common
-    echo "localhost $(hostname) $(hostname -s)" | awk '{delete s; o=""; for (i=1;i<=NF;i++) if (!s[$i]++) o=o (o?" ":"") $i; print o}' \
+    echo "localhost $(hostname) $(hostname -s) $SGE_MASTER_ALIAS" | awk '{delete s; o=""; for (i=1;i<=NF;i++) if (!s[$i]++) o=o (o?" ":"") $i; print o}' \
         >"$common/host_aliases"
     echo localhost >"$common/act_qmaster"
 }
@@ -480,17 +509,7 @@ configure_sge() {
     } >"$t/complex"
     qq -Mc "$t/complex"
 
-    cat >"$t/host" <<'EOF'
-hostname              localhost
-load_scaling          NONE
-complex_values        gpu=8,f_node=4,h_node=8,q_node=16,s_gpu=32,rt_AF=4
-user_lists            NONE
-xuser_lists           NONE
-projects              NONE
-xprojects             NONE
-usage_scaling         NONE
-report_variables      NONE
-EOF
+    exec_host_conf localhost gpu=8,f_node=4,h_node=8,q_node=16,s_gpu=32,rt_AF=4 >"$t/host"
     qconf_put e localhost "$t/host"
 
     local us
@@ -520,10 +539,32 @@ EOF
         qconf_put p "$pe" "$t/pe_$pe"
     done
 
+    queue_conf all.q localhost "BATCH INTERACTIVE" "smp mpi" 16 >"$t/queue"
+    qconf_put q all.q "$t/queue"
+    sge_node_config "$t"
+}
+
+# exec_host_conf HOST COMPLEX_VALUES: an exec host's configuration, on stdout.
+exec_host_conf() {
+    cat <<EOF
+hostname              $1
+load_scaling          NONE
+complex_values        $2
+user_lists            NONE
+xuser_lists           NONE
+projects              NONE
+xprojects             NONE
+usage_scaling         NONE
+report_variables      NONE
+EOF
+}
+
+# queue_conf NAME HOSTS QTYPE PE_LIST SLOTS: a cluster queue's configuration, on stdout.
+queue_conf() {
     {
-        cat <<'EOF'
-qname                 all.q
-hostlist              localhost
+        cat <<EOF
+qname                 $1
+hostlist              $2
 seq_no                0
 load_thresholds       NONE
 suspend_thresholds    NONE
@@ -532,11 +573,11 @@ suspend_interval      00:05:00
 priority              0
 min_cpu_interval      00:05:00
 processors            UNDEFINED
-qtype                 BATCH INTERACTIVE
+qtype                 $3
 ckpt_list             NONE
-pe_list               smp mpi
+pe_list               $4
 rerun                 FALSE
-slots                 16
+slots                 $5
 tmpdir                /tmp
 shell                 /bin/bash
 prolog                NONE
@@ -562,8 +603,7 @@ EOF
                    s_rss h_rss s_vmem h_vmem; do
             printf '%-21s INFINITY\n' "$lim"
         done
-    } >"$t/queue"
-    qconf_put q all.q "$t/queue"
+    }
 }
 
 start_execd() {
@@ -571,11 +611,12 @@ start_execd() {
         /usr/sbin/sge_execd
         mark_started sge_execd
     fi
+    start_sge_node_execds
     local deadline=$((SECONDS + 30))
     until sge_exec_ok; do
         # An error state (E) survives restarts; clear it once.
-        qmod -c 'all.q@localhost' >/dev/null 2>&1 || true
-        ((SECONDS < deadline)) || { qstat -f >&2 || true; die "all.q@localhost not usable (see /var/spool/gridengine/execd/localhost/messages)"; }
+        qmod -c 'all.q@localhost' "${SGE_NODES[@]/#/$SGE_NODE_QUEUE@}" >/dev/null 2>&1 || true
+        ((SECONDS < deadline)) || { qstat -f >&2 || true; die "a Grid Engine queue instance is not usable (see $SGE_EXECD_SPOOL/*/messages)"; }
         sleep 0.3
     done
 }
@@ -586,6 +627,9 @@ start_sshd
 start_munge
 setup_db
 write_slurm_configs
+# The nodes' names must resolve before qmaster starts: it reads host_aliases (which names sgemaster) once, at
+# start, and an alias it could not resolve then makes it refuse every node execd ("local host name error").
+sge_node_network
 start_qmaster          # SGE and Slurm are independent; qmaster starts while slurmdbd connects
 start_slurmdbd
 start_slurmctld
