@@ -229,7 +229,8 @@ def test_a_site_admin_runs_the_health_check_from_the_site_page_as_the_sites_serv
     _only_the_pytorch_modules(hpc_site)
     make_user("root", staff=True)
     slurm_a100 = HardwareType.objects.get(slug="slurm-a100x8")
-    log_in(page, live_server.url, "root", next_path="/site/")
+    log_in(page, live_server.url, "root")
+    page.goto(live_server.url + "/site/")
     row = page.get_by_role("row").filter(has_text="slurm-a100x8")
     # Before the site has a service account there, the page says what to set up instead of a form it cannot send.
     expect(row).to_contain_text("needs a service account")
