@@ -11,7 +11,6 @@ from django.db.models.signals import m2m_changed, post_delete, post_save, pre_sa
 from django.dispatch import receiver
 
 from portal.audit.actions import record, request_actor
-from portal.catalog.models import HardwareType
 from portal.clusters.models import Allocation
 
 
@@ -46,13 +45,14 @@ def _revoked(sender, instance: Allocation, origin=None, **kwargs):
 
 
 @receiver(m2m_changed, sender=Allocation.hardware.through)
-def _restricted(sender, instance, action: str, reverse: bool, pk_set, **kwargs):
+def _restricted(sender, instance, action: str, reverse: bool, model, pk_set, **kwargs):
+    # `model` is the hardware type (catalog depends on clusters, so it is not imported here).
     if reverse or action not in ("pre_clear", "post_add", "post_remove"):
         return
     if action == "pre_clear":
         changed, allowed = _allowed(instance), []
     else:
-        changed = sorted(HardwareType.objects.filter(pk__in=pk_set or ()).values_list("slug", flat=True))
+        changed = sorted(model.objects.filter(pk__in=pk_set or ()).values_list("slug", flat=True))
         allowed = _allowed(instance)
         if not changed:
             return
