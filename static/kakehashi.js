@@ -23,6 +23,35 @@ document.addEventListener("DOMContentLoaded", () => {
   }
 });
 
+// A template says what it needs (data-requires, e.g. "torch"): pick Software that provides it on the chosen
+// hardware's cluster, unless the software chosen already does. If none does, the preview says why.
+document.addEventListener("DOMContentLoaded", () => {
+  const form = document.getElementById("job-form");
+  if (!form) return;
+  const template = form.querySelector("[name=template]");
+  const hardware = form.querySelector("[name=hardware]");
+  const software = form.querySelector("[name=software]");
+  if (!template || !hardware || !software) return;
+  const words = (text) => (text || "").split(" ").filter(Boolean);
+  const fits = (option, needs, cluster) => option.value !== ""
+    && needs.every((need) => words(option.dataset.provides).includes(need))
+    && words(option.dataset.clusters).includes(cluster);
+  const pick = () => {
+    const needs = words(template.selectedOptions[0] && template.selectedOptions[0].dataset.requires);
+    const chosen = hardware.selectedOptions[0];
+    if (!needs.length || !chosen || !chosen.dataset.cluster) return;
+    const current = software.selectedOptions[0];
+    if (current && fits(current, needs, chosen.dataset.cluster)) return;
+    const match = Array.from(software.options).find((option) => fits(option, needs, chosen.dataset.cluster));
+    if (match) software.value = match.value;
+  };
+  // Capture phase: the software is chosen before htmx (listening on the form) asks for the preview.
+  form.addEventListener("change", (event) => {
+    if (event.target === template || event.target === hardware) pick();
+  }, true);
+  pick();
+});
+
 // "Use" a template: reload the form with it, keeping the project.
 document.addEventListener("DOMContentLoaded", () => {
   const use = document.getElementById("use-template");

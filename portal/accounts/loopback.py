@@ -95,17 +95,18 @@ def register_clusters(state: Path = DEFAULT_STATE, project: Project | None = Non
         )
     cuda, _ = Software.objects.update_or_create(
         slug="cuda-12-4", defaults={"name": "CUDA 12.4 + Python 3.11 (modules)", "kind": Software.Kind.MODULES,
-                                    "modules": ["cuda/12.4", "python/3.11"]},
+                                    "modules": ["cuda/12.4", "python/3.11"], "provides": ["python"]},
     )
     cuda.clusters.add(*clusters.values())
     torch, _ = Software.objects.update_or_create(
         slug="pytorch-2-13", defaults={"name": "PyTorch 2.13 + papermill (modules)", "kind": Software.Kind.MODULES,
-                                       "modules": ["pytorch/2.13"]},
+                                       "modules": ["pytorch/2.13"], "provides": ["torch", "papermill"]},
     )
     torch.clusters.add(*clusters.values())
     ngc, _ = Software.objects.update_or_create(
         slug="ngc-pytorch-24-05", defaults={
             "name": "NGC PyTorch 24.05 (container)", "kind": Software.Kind.CONTAINER, "image": CONTAINER_IMAGE,
+            "provides": ["torch", "papermill"],
             "description": "On the test cluster: a stand-in image (Debian 12, PyTorch CPU, papermill) run by the "
                            "harness's apptainer stand-in.",
         },

@@ -139,6 +139,7 @@ class SoftwareSerializer(serializers.Serializer):
     kind = serializers.CharField()
     image = serializers.CharField(allow_blank=True)
     modules = serializers.ListField(child=serializers.CharField())
+    provides = serializers.ListField(child=serializers.CharField())
     description = serializers.CharField(allow_blank=True)
     clusters = serializers.SerializerMethodField()
 

@@ -17,6 +17,7 @@ from django.db import models
 from portal.audit.models import AuditEntry
 
 _current_ip: ContextVar[str | None] = ContextVar("audit_ip", default=None)
+_current_actor: ContextVar[Any] = ContextVar("audit_actor", default=None)
 
 
 def client_ip(request) -> str | None:
@@ -28,10 +29,18 @@ def client_ip(request) -> str | None:
 @contextmanager
 def request_origin(request) -> Iterator[None]:
     token = _current_ip.set(client_ip(request))
+    actor_token = _current_actor.set(getattr(request, "user", None))
     try:
         yield
     finally:
+        _current_actor.reset(actor_token)
         _current_ip.reset(token)
+
+
+def request_actor():
+    """Who is signed in for the request being handled (None for workers and commands): for audit rows written
+    where the change happens without the request at hand (signals)."""
+    return _current_actor.get()
 
 
 def record(action: str, *, actor=None, project=None, target: models.Model | None = None, request=None,

@@ -23,7 +23,7 @@ class HardwareTypeAdmin(admin.ModelAdmin):
 
 @admin.register(Software)
 class SoftwareAdmin(admin.ModelAdmin):
-    list_display = ["slug", "name", "kind", "image", "enabled"]
+    list_display = ["slug", "name", "kind", "image", "provides", "enabled"]
     list_filter = ["kind", "enabled"]
     filter_horizontal = ["clusters", "projects"]
     search_fields = ["slug", "name"]

@@ -22,6 +22,8 @@ class JobTemplate:
     files: tuple[str, ...]
     records_health: bool = False  # its outputs/health.json is stored with the hardware type
     shared: tuple[str, ...] = ()  # files from job_templates/common/, staged beside the template's own
+    # What the chosen Software must provide (Software.provides): the code imports it, the launcher runs it.
+    requires: tuple[str, ...] = ()
 
     def file_contents(self) -> dict[str, bytes]:
         files = {name: (ROOT / "common" / name).read_bytes() for name in self.shared}
@@ -40,6 +42,7 @@ TEMPLATES: dict[str, JobTemplate] = {
             script='python train.py --epochs "${EPOCHS:-3}"\n',
             files=("train.py",),
             shared=("kakehashi_dist.py",),
+            requires=("torch",),
         ),
         JobTemplate(
             slug="gpu-health",
@@ -49,6 +52,7 @@ TEMPLATES: dict[str, JobTemplate] = {
             script="python check.py\n",
             files=("check.py",),
             shared=("kakehashi_dist.py",),
+            requires=("torch",),
             records_health=True,
         ),
     )

@@ -63,6 +63,10 @@ class Software(models.Model):
     image = models.CharField(max_length=500, blank=True, help_text="docker://nvcr.io/nvidia/pytorch:24.05-py3 or a .sif path")
     modules = models.JSONField(default=list, blank=True, help_text='e.g. ["cuda/12.4", "python/3.11"]')
     setup = models.TextField(blank=True, help_text="shell lines run before the payload, e.g. activating a virtualenv")
+    # What a job can rely on once this software is loaded; job templates say what they need (their `requires`),
+    # and the form picks software that provides it on the chosen cluster.
+    provides = models.JSONField(default=list, blank=True,
+                                help_text='what jobs can use once it is loaded, e.g. ["torch", "papermill"]')
     description = models.TextField(blank=True)
     clusters = models.ManyToManyField("clusters.Cluster", related_name="software", blank=True)
     # Restrict to some projects; none chosen = every project with access to one of the clusters.
@@ -75,6 +79,9 @@ class Software(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def provides_all(self, needs) -> bool:
+        return set(needs) <= set(self.provides or ())
 
 
 class Preset(models.Model):

@@ -30,6 +30,21 @@ def hardware_for_projects(projects) -> QuerySet[HardwareType]:
     return HardwareType.objects.filter(condition, enabled=True).select_related("cluster")
 
 
+def why_not_usable(hardware: HardwareType, project) -> str | None:
+    """Why `project` may not pick `hardware` now (a revoked grant, a restriction, switched off), None if it may."""
+    cluster = hardware.cluster
+    allocation = Allocation.objects.filter(project=project, cluster=cluster).first()
+    if allocation is None:
+        return f"project {project.slug} no longer has access to {cluster.name}, where {hardware.name} is"
+    if allocation.hardware.exists() and not allocation.hardware.filter(pk=hardware.pk).exists():
+        return f"project {project.slug} may no longer use {hardware.name} on {cluster.name}"
+    if not cluster.enabled:
+        return f"{cluster.name} is switched off by the site admins"
+    if not hardware.enabled:
+        return f"{hardware.name} on {cluster.name} is switched off by the site admins"
+    return None
+
+
 def hardware_for_project(project) -> QuerySet[HardwareType]:
     return hardware_for_projects(Project.objects.filter(pk=project.pk))
 
@@ -41,6 +56,13 @@ def software_for_projects(projects) -> QuerySet[Software]:
         .filter(Q(projects__isnull=True) | Q(projects__in=projects))
         .distinct()
     )
+
+
+def software_providing(needs, cluster, project) -> list[Software]:
+    """The software `project` may load on `cluster` that provides everything in `needs` (a template's
+    requires), in name order: what the job form picks for a template."""
+    candidates = software_for_projects(Project.objects.filter(pk=project.pk)).filter(clusters=cluster)
+    return [software for software in candidates if software.provides_all(needs)]
 
 
 @dataclass

@@ -9,7 +9,7 @@ from django.views.decorators.debug import sensitive_variables
 from backends.base import BackendError, TransportError
 from portal.audit.actions import record
 from portal.clusters.connect import NoClusterAccount, backend_for
-from portal.clusters.models import Cluster, ClusterAccount
+from portal.clusters.models import Allocation, Cluster, ClusterAccount
 
 
 @sensitive_variables("key", "private")
@@ -44,6 +44,37 @@ def link_account(cluster: Cluster, *, username: str, user=None, project=None, ac
     account.save()
     record("cluster_account.link", actor=actor, project=project, target=account, cluster=cluster.slug, username=username)
     return account
+
+
+OPERATIONS_PROJECT = "site-ops"
+
+
+class NotOperations(Exception):
+    """The project named for the site's operations is a research project."""
+
+
+@transaction.atomic
+def set_up_service_account(cluster: Cluster, username: str, *, project_slug: str = OPERATIONS_PROJECT,
+                           group: str = "", new_key: bool = False, actor=None) -> tuple[ClusterAccount, bool]:
+    """The site's operations project (created if missing), its allocation on `cluster` (charged to `group`) and
+    its service account `username` there, with a key the portal generates: (account, whether the key is new).
+    Site staff's health checks in that project run as this account. Run again: nothing changes unless the
+    username differs or `new_key` asks for another key."""
+    from portal.projects.models import Project
+
+    project, _ = Project.objects.get_or_create(
+        slug=project_slug, defaults={"name": "Site operations", "operations": True,
+                                     "description": "Health checks and other jobs the site's staff run."})
+    if not project.operations:
+        raise NotOperations(f"project {project.slug} is a research project, not the site's operations project")
+    allocation, created = Allocation.objects.get_or_create(project=project, cluster=cluster, defaults={"group": group})
+    if not created and group and allocation.group != group:
+        allocation.group = group
+        allocation.save()
+    account = ClusterAccount.objects.filter(cluster=cluster, project=project).first()
+    if account is not None and account.username == username and not new_key:
+        return account, False
+    return link_account(cluster, username=username, project=project, actor=actor), True
 
 
 def verify_account(account_id: int) -> bool:

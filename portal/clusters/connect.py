@@ -29,6 +29,15 @@ def account_for(cluster: Cluster, user, project) -> ClusterAccount | None:
     in as someone, None where it runs as the portal itself or with the cluster's own credentials."""
     if not reach_of(cluster).uses_cluster_account:
         return None
+    if project is not None and project.operations and getattr(user, "is_staff", False):
+        # The site's own checks run as its service account: a site admin has no research account there.
+        account = ClusterAccount.objects.filter(cluster=cluster, project=project).first()
+        if account is None:
+            raise NoClusterAccount(
+                f"the site's operations project {project.slug} has no service account on {cluster.name}: run "
+                f"`python manage.py service_account {cluster.slug} USERNAME` and install the key it prints"
+            )
+        return account
     if cluster.identity_mode == IdentityMode.PROJECT:
         account = ClusterAccount.objects.filter(cluster=cluster, project=project).first()
         if account is None:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import uuid
 
 from django import forms
@@ -11,6 +12,29 @@ from portal.jobs.models import Job
 from portal.projects.models import Project
 
 
+class TemplateSelect(forms.Select):
+    """Each template option says what software it needs (data-requires), so the page can pick software."""
+
+    def create_option(self, name, value, label, selected, index, subindex=None, attrs=None):
+        option = super().create_option(name, value, label, selected, index, subindex, attrs)
+        template = TEMPLATES.get(str(value))
+        if template is not None and template.requires:
+            option["attrs"]["data-requires"] = " ".join(template.requires)
+        return option
+
+
+class SoftwareSelect(forms.Select):
+    """Each software option says what it provides and on which clusters (ids), for the template's choice."""
+
+    def create_option(self, name, value, label, selected, index, subindex=None, attrs=None):
+        option = super().create_option(name, value, label, selected, index, subindex, attrs)
+        software = getattr(value, "instance", None)
+        if software is not None:
+            option["attrs"]["data-provides"] = " ".join(software.provides or ())
+            option["attrs"]["data-clusters"] = " ".join(str(c.pk) for c in software.clusters.all())
+        return option
+
+
 class JobForm(forms.Form):
     project = forms.ModelChoiceField(queryset=Project.objects.none(), empty_label=None)
     name = forms.CharField(
@@ -18,7 +42,9 @@ class JobForm(forms.Form):
         help_text="Letters, digits, '.', '_' and '-'; starts with a letter. Shown in the scheduler's queue.",
     )
     hardware = forms.ModelChoiceField(queryset=HardwareType.objects.none(), empty_label="Choose hardware…")
-    software = forms.ModelChoiceField(queryset=Software.objects.none(), required=False, empty_label="None (plain shell)")
+    software = forms.ModelChoiceField(queryset=Software.objects.none(), required=False, empty_label="None (plain shell)",
+                                      widget=SoftwareSelect,
+                                      help_text="A template picks software that provides what it needs on the chosen cluster.")
     nodes = forms.IntegerField(min_value=1, initial=1)
     walltime = forms.CharField(initial="01:00:00", help_text="HH:MM:SS, or 90m, 2h, 1d")
     launcher = forms.ChoiceField(choices=Job.Launcher.choices, initial=Job.Launcher.SCRIPT)
@@ -26,7 +52,7 @@ class JobForm(forms.Form):
         min_value=0, max_value=1024, initial=0, required=False, label="Processes per node",
         help_text="0 = one per GPU (torchrun, mpirun)",
     )
-    template = forms.ChoiceField(required=False, label="Template",
+    template = forms.ChoiceField(required=False, label="Template", widget=TemplateSelect,
                                  choices=[("", "None: my own script")] + [(t.slug, t.name) for t in TEMPLATES.values()])
     sweep = forms.CharField(
         required=False,
@@ -48,6 +74,13 @@ class JobForm(forms.Form):
         required=False, max_length=255, label="Working directory",
         help_text="Optional, on the cluster (e.g. ~/projects/vit). Outputs still go to the job's own directory.",
     )
+    # Clone & edit of a notebook job: the notebook comes from that job (one you can see), its parameters are here.
+    notebook_from = forms.IntegerField(required=False, widget=forms.HiddenInput)
+    parameters = forms.CharField(
+        required=False, label="Notebook parameters",
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "class": "font-monospace"}),
+        help_text='JSON, e.g. {"alpha": 0.1}: the values of the cell tagged "parameters".',
+    )
     edited_script = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 20, "spellcheck": "false", "class": "font-monospace"}))
     draft = forms.UUIDField(widget=forms.HiddenInput, required=False)
 
@@ -55,7 +88,7 @@ class JobForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["project"].queryset = projects if projects is not None else Project.objects.none()
         self.fields["hardware"].queryset = hardware if hardware is not None else HardwareType.objects.none()
-        self.fields["software"].queryset = software if software is not None else Software.objects.none()
+        self.fields["software"].queryset = (software if software is not None else Software.objects.none()).prefetch_related("clusters")
         if not self.is_bound:
             self.initial.setdefault("draft", uuid.uuid4())
         # Presets depend on what the project may use: swap them in again when the project changes.
@@ -76,6 +109,18 @@ class JobForm(forms.Form):
                 raise forms.ValidationError(f"line {number}: write NAME=value,value,…")
             sweep[name.strip()] = [_number_or_text(v.strip()) for v in values.split(",") if v.strip()]
         return sweep
+
+    def clean_parameters(self) -> dict:
+        text = (self.cleaned_data.get("parameters") or "").strip()
+        if not text:
+            return {}
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError(f"not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+        if not isinstance(value, dict):
+            raise forms.ValidationError('write a JSON object of name: value, e.g. {"alpha": 0.1}')
+        return value
 
     def clean_env(self) -> dict[str, str]:
         env: dict[str, str] = {}

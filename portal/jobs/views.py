@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -51,6 +53,16 @@ def _form(request, data=None, initial=None) -> JobForm:
     )
 
 
+def _notebook_of(user, job_id: int | None) -> dict | None:
+    """The notebook of a notebook job `user` can see (Clone & edit carries it), None without one."""
+    if not job_id:
+        return None
+    source = visible_jobs(user).filter(pk=job_id, kind=Job.Kind.NOTEBOOK).first()
+    if source is None or source.notebook is None:
+        raise actions.SubmitError(f"job {job_id} has no notebook you can see to run again", field="notebook_from")
+    return source.notebook
+
+
 def _request_from(form: JobForm, user) -> actions.JobRequest:
     data = form.cleaned_data
     return actions.JobRequest(
@@ -68,11 +80,16 @@ def _request_from(form: JobForm, user) -> actions.JobRequest:
         env=data.get("env") or {},
         edited_script=data.get("edited_script") or None,
         uuid=data.get("draft"),
+        notebook=_notebook_of(user, data.get("notebook_from")),
+        parameters=data.get("parameters") or {},
     )
 
 
-def _initial(request) -> dict:
+def _initial(request) -> tuple[dict, list[str]]:
+    """What the form starts with (a project, a clone, a template, hardware) and the notices that explain what
+    could not be carried over."""
     initial: dict = {}
+    notices: list[str] = []
     if slug := request.GET.get("project"):
         initial["project"] = access.visible_projects(request.user).filter(slug=slug).first()
     if clone_id := request.GET.get("clone"):
@@ -92,16 +109,32 @@ def _initial(request) -> dict:
                 working_directory=source.working_directory,
                 procs_per_node=source.procs_per_node,
             )
+            if source.kind == Job.Kind.NOTEBOOK and source.notebook is not None:
+                # The script of a notebook job is papermill's command: the notebook and its parameters go too.
+                initial.update(notebook_from=source.pk, parameters=json.dumps(source.parameters or {}, indent=1))
+            if source.hardware is not None:
+                why = catalog.why_not_usable(source.hardware, source.project)
+                if why:
+                    initial["hardware"] = None
+                    notices.append(f"Hardware is empty: {why}. Choose other hardware.")
     if template := job_templates.get(request.GET.get("template", "")):
         initial.update(template=template.slug, script=template.script, launcher=template.launcher,
                        name=initial.get("name") or template.slug)
     if hw := request.GET.get("hardware"):
         initial["hardware"] = catalog.hardware_for_projects(catalog.submittable_projects(request.user)).filter(slug=hw).first()
-    return initial
+    template = job_templates.get(initial.get("template", ""))
+    chosen = initial.get("hardware")
+    project = initial.get("project") or catalog.submittable_projects(request.user).first()
+    if template is not None and template.requires and chosen is not None and project is not None:
+        fitting = catalog.software_providing(template.requires, chosen.cluster, project)
+        if initial.get("software") not in fitting and fitting:
+            initial["software"] = fitting[0]
+    return initial, notices
 
 
 @login_required
 def job_new(request):
+    notices: list[str] = []
     if request.method == "POST":
         form = _form(request, request.POST)
         if form.is_valid():
@@ -124,8 +157,9 @@ def job_new(request):
                     messages.success(request, f"Job {submission.job.name} is queued.")
                 return redirect("job-detail", pk=submission.job.pk)
     else:
-        form = _form(request, initial=_initial(request))
-    context = {"form": form, **catalog.picker_context(request.user, form)}
+        initial, notices = _initial(request)
+        form = _form(request, initial=initial)
+    context = {"form": form, "notices": notices, **catalog.picker_context(request.user, form)}
     return render(request, "jobs/new.html", context)
 
 

@@ -42,9 +42,13 @@ def budget_bar(request, slug: str):
 @staff_member_required
 def site_admin(request):
     """The site admin's overview: clusters and how they answer, hardware with prices and measured speed, software."""
+    routes = queries.health_check_routes()
+    hardware = list(HardwareType.objects.select_related("cluster"))
+    for hw in hardware:
+        hw.health_route = routes.get(hw.cluster_id)
     return render(request, "catalog/site_admin.html", {
         "clusters": queries.clusters_with_active_jobs(),
-        "hardware": HardwareType.objects.select_related("cluster"),
+        "hardware": hardware,
         "software": Software.objects.prefetch_related("clusters"),
         "presets": Preset.objects.all(),
         "cloud": cloud_now(),

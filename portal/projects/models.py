@@ -35,6 +35,11 @@ class Project(models.Model):
     # Bytes the project's shared storage may hold (files and uploads under way); blank: the site's default
     # (KAKEHASHI_STORAGE_QUOTA_BYTES); 0: no limit. Set by site admins.
     storage_quota_bytes = models.PositiveBigIntegerField(null=True, blank=True)
+    # The site's own project (health checks and other operations): its jobs, submitted by site staff, run as the
+    # project's service account on each cluster (`manage.py service_account`), whatever the cluster's identity mode.
+    operations = models.BooleanField(
+        default=False, help_text="The site's operations project: site staff's jobs in it run as its service accounts."
+    )
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="projects")
 
     class Meta:

@@ -21,6 +21,7 @@ from backends.safety import bash_syntax_error, check_env, check_job_name, check_
 from backends.script import hms
 from portal.catalog import job_templates
 from portal.catalog.models import HardwareType, Software
+from portal.catalog.queries import software_providing
 from portal.clusters.connect import reach_of
 from portal.clusters.models import Allocation, Cluster
 from portal.jobs.models import Job
@@ -119,7 +120,41 @@ def granted_cluster_and_hardware(req: JobRequest) -> tuple[Cluster, HardwareType
         restricted = req.software.projects.exists()
         if not software_ok or (restricted and not req.software.projects.filter(pk=req.project.pk).exists()):
             raise SubmitError(f"{req.software.name} is not available on {cluster.name} for this project", field="software")
+    checked_template_software(req, cluster)
     return cluster, hw
+
+
+def checked_template_software(req: JobRequest, cluster: Cluster) -> None:
+    """A template runs only with software that provides what it needs (torch for torchrun and train.py): without
+    it the job would fail on the cluster with `torchrun: No such file or directory`. The portal host's own
+    Python (the local cluster of `make run`) is trusted to have it when no software there says otherwise."""
+    template = job_templates.get(req.template)
+    if template is None or not template.requires:
+        return
+    needs = ", ".join(template.requires)
+    if req.software is not None:
+        if not req.software.provides_all(template.requires):
+            raise SubmitError(
+                f"template {template.slug} needs {needs}, which {req.software.name} does not provide; "
+                + _software_hint(template, cluster, req.project),
+                field="software",
+            )
+        return
+    fitting = software_providing(template.requires, cluster, req.project)
+    if fitting or reach_of(cluster) is not Reach.LOCAL:
+        raise SubmitError(
+            f"template {template.slug} needs {needs}: choose Software that provides it; "
+            + _software_hint(template, cluster, req.project),
+            field="software",
+        )
+
+
+def _software_hint(template: job_templates.JobTemplate, cluster: Cluster, project: Project) -> str:
+    fitting = software_providing(template.requires, cluster, project)
+    if fitting:
+        return f"on {cluster.name}: {', '.join(s.name for s in fitting)}"
+    return (f"no software on {cluster.name} provides {', '.join(template.requires)} for project {project.slug}; "
+            "ask the site admins to add it (Software → provides)")
 
 
 def checked_size(req: JobRequest, cluster: Cluster, hw: HardwareType | None) -> int:
@@ -225,6 +260,10 @@ def checked_edit(edited: str | None, rendered: str, renderer: Backend) -> str:
 
     The script to submit: `rendered` when there is no edit (or it changes nothing), else the checked edit.
     """
+    if edited is not None:
+        # Browsers send textareas with CRLF line ends: normalise before anything reads the edit, or bash's
+        # syntax check sees `$'\r'` on every line (and a here-document or `esac` never ends).
+        edited = edited.replace("\r\n", "\n")
     if edited is None or edited.strip() == rendered.strip():
         return rendered
     if not edited.strip():
@@ -249,7 +288,7 @@ def checked_edit(edited: str | None, rendered: str, renderer: Backend) -> str:
             f"— change the form instead ({detail})",
             field="edited_script",
         )
-    return edited.replace("\r\n", "\n")
+    return edited
 
 
 def rendered(renderer: Backend, spec: JobSpec, edited: str | None, *, point: str = "") -> tuple[str, str]:
