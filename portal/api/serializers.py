@@ -139,6 +139,7 @@ class SoftwareSerializer(serializers.Serializer):
     kind = serializers.CharField()
     image = serializers.CharField(allow_blank=True)
     modules = serializers.ListField(child=serializers.CharField())
+    kernels = serializers.ListField(child=serializers.CharField(), help_text="Jupyter kernels it provides for notebooks")
     description = serializers.CharField(allow_blank=True)
     clusters = serializers.SerializerMethodField()
 

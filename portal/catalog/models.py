@@ -50,6 +50,10 @@ class HardwareType(models.Model):
         return f"{self.gpus_per_node}×{(self.gpu_model or 'GPU').upper()}"
 
 
+def default_kernels() -> list[str]:
+    return ["python3"]
+
+
 class Software(models.Model):
     """A container image or a set of environment modules researchers can pick."""
 
@@ -63,6 +67,9 @@ class Software(models.Model):
     image = models.CharField(max_length=500, blank=True, help_text="docker://nvcr.io/nvidia/pytorch:24.05-py3 or a .sif path")
     modules = models.JSONField(default=list, blank=True, help_text='e.g. ["cuda/12.4", "python/3.11"]')
     setup = models.TextField(blank=True, help_text="shell lines run before the payload, e.g. activating a virtualenv")
+    # A notebook runs with papermill and a kernel inside this software, never the portal's: only these are offered.
+    kernels = models.JSONField(default=default_kernels, blank=True,
+                               help_text='Jupyter kernels this software provides for notebook jobs, e.g. ["python3"]')
     description = models.TextField(blank=True)
     clusters = models.ManyToManyField("clusters.Cluster", related_name="software", blank=True)
     # Restrict to some projects; none chosen = every project with access to one of the clusters.
