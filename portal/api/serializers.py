@@ -140,6 +140,7 @@ class SoftwareSerializer(serializers.Serializer):
     image = serializers.CharField(allow_blank=True)
     modules = serializers.ListField(child=serializers.CharField())
     provides = serializers.ListField(child=serializers.CharField())
+    kernels = serializers.ListField(child=serializers.CharField(), help_text="Jupyter kernels it provides for notebooks")
     description = serializers.CharField(allow_blank=True)
     clusters = serializers.SerializerMethodField()
 

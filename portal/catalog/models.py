@@ -50,6 +50,10 @@ class HardwareType(models.Model):
         return f"{self.gpus_per_node}×{(self.gpu_model or 'GPU').upper()}"
 
 
+def default_kernels() -> list[str]:
+    return ["python3"]
+
+
 class Software(models.Model):
     """A container image or a set of environment modules researchers can pick."""
 
@@ -67,6 +71,9 @@ class Software(models.Model):
     # and the form picks software that provides it on the chosen cluster.
     provides = models.JSONField(default=list, blank=True,
                                 help_text='what jobs can use once it is loaded, e.g. ["torch", "papermill"]')
+    # A notebook runs with papermill and a kernel inside this software, never the portal's: only these are offered.
+    kernels = models.JSONField(default=default_kernels, blank=True,
+                               help_text='Jupyter kernels this software provides for notebook jobs, e.g. ["python3"]')
     description = models.TextField(blank=True)
     clusters = models.ManyToManyField("clusters.Cluster", related_name="software", blank=True)
     # Restrict to some projects; none chosen = every project with access to one of the clusters.

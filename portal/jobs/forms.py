@@ -1,15 +1,22 @@
 from __future__ import annotations
 
-import json
+import ast
 import uuid
+from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.urls import reverse
 
 from portal.catalog.job_templates import TEMPLATES
 from portal.catalog.models import HardwareType, Software
+from portal.jobs import notebooks
 from portal.jobs.models import Job
 from portal.projects.models import Project
+from portal.storage.models import StoredFile
+
+# The form's inputs for a notebook's parameters are named PARAM_PREFIX + the parameter's name.
+PARAM_PREFIX = "param_"
 
 
 class TemplateSelect(forms.Select):
@@ -61,9 +68,20 @@ class JobForm(forms.Form):
         help_text="Optional. One NAME=value,value,… per line: one job per combination, each with NAME set.",
     )
     script = forms.CharField(
+        required=False,
         widget=forms.Textarea(attrs={"rows": 10, "spellcheck": "false", "class": "font-monospace"}),
-        help_text="Bash. Runs in the job's own directory; write results to $KAKEHASHI_OUTPUT_DIR.",
+        help_text="Bash. Runs in the job's own directory; write results to $KAKEHASHI_OUTPUT_DIR. Not used with a notebook.",
     )
+    notebook_file = forms.FileField(
+        required=False, label="Notebook", widget=forms.FileInput(attrs={"accept": ".ipynb"}),
+        help_text="Optional: a Jupyter notebook (.ipynb) to run with papermill instead of the script.",
+    )
+    stored_notebook = forms.ModelChoiceField(
+        queryset=StoredFile.objects.none(), required=False, label="or a notebook from the project's storage",
+        empty_label="None",
+    )
+    # A notebook already read (a refused submit, a clone): kept so that nothing has to be chosen again.
+    notebook_json = forms.CharField(required=False, widget=forms.HiddenInput)
     env = forms.CharField(
         required=False,
         label="Environment variables",
@@ -74,19 +92,16 @@ class JobForm(forms.Form):
         required=False, max_length=255, label="Working directory",
         help_text="Optional, on the cluster (e.g. ~/projects/vit). Outputs still go to the job's own directory.",
     )
-    # Clone & edit of a notebook job: the notebook comes from that job (one you can see), its parameters are here.
-    notebook_from = forms.IntegerField(required=False, widget=forms.HiddenInput)
-    parameters = forms.CharField(
-        required=False, label="Notebook parameters",
-        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "class": "font-monospace"}),
-        help_text='JSON, e.g. {"alpha": 0.1}: the values of the cell tagged "parameters".',
-    )
     edited_script = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 20, "spellcheck": "false", "class": "font-monospace"}))
     draft = forms.UUIDField(widget=forms.HiddenInput, required=False)
 
-    def __init__(self, *args, projects=None, hardware=None, software=None, **kwargs):
+    def __init__(self, *args, projects=None, hardware=None, software=None, stored_notebooks=None, user=None,
+                 **kwargs):
         super().__init__(*args, **kwargs)
+        self.user = user
         self.fields["project"].queryset = projects if projects is not None else Project.objects.none()
+        self.fields["stored_notebook"].queryset = stored_notebooks if stored_notebooks is not None else StoredFile.objects.none()
+        self.fields["stored_notebook"].label_from_instance = lambda f: f"{f.project.slug}: {f.path}"
         self.fields["hardware"].queryset = hardware if hardware is not None else HardwareType.objects.none()
         self.fields["software"].queryset = (software if software is not None else Software.objects.none()).prefetch_related("clusters")
         if not self.is_bound:
@@ -95,6 +110,53 @@ class JobForm(forms.Form):
         self.fields["project"].widget.attrs.update(
             {"hx-get": reverse("job-presets"), "hx-target": "#presets-block", "hx-trigger": "change", "hx-swap": "innerHTML"}
         )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        data["notebook"], data["parameters"] = self._notebook(data), self.notebook_parameters()
+        if data["notebook"] is not None:
+            # Kept in the page, so that a refused submit does not ask for the file again.
+            self.data = self.data.copy()
+            self.data["notebook_json"] = _json(data["notebook"])
+        return data
+
+    def _notebook(self, data: dict[str, Any]) -> dict[str, Any] | None:
+        """The notebook the form names: an upload, a file of the project's storage, or one kept from before."""
+        from portal.storage.actions import open_file
+        from portal.storage.errors import StorageError
+
+        upload, stored, kept = data.get("notebook_file"), data.get("stored_notebook"), data.get("notebook_json")
+        field = "notebook_file" if upload else "stored_notebook" if stored else "notebook_json"
+        limit = settings.KAKEHASHI_MAX_NOTEBOOK_BYTES
+        try:
+            if upload:
+                if upload.size > limit:
+                    raise notebooks.NotebookError(notebooks.too_large(limit))
+                return notebooks.loads(upload.read())
+            if stored:
+                project = data.get("project")
+                if project is not None and stored.project_id != project.pk:
+                    raise notebooks.NotebookError(f"{stored.path} is a file of project {stored.project.slug}, not of {project.slug}")
+                if stored.size > limit:
+                    raise notebooks.NotebookError(notebooks.too_large(limit))
+                with open_file(self.user, stored) as f:
+                    return notebooks.loads(f.read(limit + 1))
+            if kept:
+                return notebooks.loads(kept)
+        except notebooks.NotebookError as exc:
+            self.add_error(field if field != "notebook_json" else "notebook_file", exc.message)
+        except StorageError as exc:
+            self.add_error(field, str(exc))
+        return None
+
+    def notebook_parameters(self) -> dict[str, Any]:
+        """The values typed for the notebook's parameters, as Python literals where they are one (0.1, "a", [1, 2]),
+        else as text, as the API's `parameters` hold them. Empty inputs keep the notebook's own value."""
+        values: dict[str, Any] = {}
+        for key, raw in self.data.items():
+            if key.startswith(PARAM_PREFIX) and isinstance(raw, str) and raw.strip():
+                values[key[len(PARAM_PREFIX):]] = python_value(raw)
+        return values
 
     def clean_procs_per_node(self) -> int:
         return self.cleaned_data.get("procs_per_node") or 0
@@ -110,18 +172,6 @@ class JobForm(forms.Form):
             sweep[name.strip()] = [_number_or_text(v.strip()) for v in values.split(",") if v.strip()]
         return sweep
 
-    def clean_parameters(self) -> dict:
-        text = (self.cleaned_data.get("parameters") or "").strip()
-        if not text:
-            return {}
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise forms.ValidationError(f"not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
-        if not isinstance(value, dict):
-            raise forms.ValidationError('write a JSON object of name: value, e.g. {"alpha": 0.1}')
-        return value
-
     def clean_env(self) -> dict[str, str]:
         env: dict[str, str] = {}
         for number, line in enumerate(self.cleaned_data.get("env", "").splitlines(), 1):
@@ -132,6 +182,19 @@ class JobForm(forms.Form):
                 raise forms.ValidationError(f"line {number}: write NAME=value")
             env[name.strip()] = value
         return env
+
+
+def python_value(text: str) -> Any:
+    try:
+        return ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return text
+
+
+def _json(value: Any) -> str:
+    import json
+
+    return json.dumps(value)
 
 
 def _number_or_text(value: str) -> int | float | str:

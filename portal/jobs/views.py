@@ -4,23 +4,26 @@ from __future__ import annotations
 
 import json
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_POST
 
 from portal.catalog import job_templates
 from portal.catalog import queries as catalog
-from portal.jobs import actions, outputs
+from portal.jobs import actions, notebooks, outputs
 from portal.jobs.actions import format_walltime
-from portal.jobs.forms import JobForm
+from portal.jobs.forms import PARAM_PREFIX, JobForm
 from portal.jobs.models import Job, JobGroup, JobState
 from portal.jobs.outputs import request_output_refresh
 from portal.jobs.queries import visible_jobs
 from portal.projects import access
 from portal.storage.actions import open_job_output
+from portal.storage.queries import visible_files
 
 # htmx stops polling when a response has this status.
 STOP_POLLING = 286
@@ -42,25 +45,18 @@ def job_list(request):
     return render(request, "jobs/list.html", {"jobs": jobs[:200], "states": JobState.choices, "state": state})
 
 
-def _form(request, data=None, initial=None) -> JobForm:
+def _form(request, data=None, initial=None, files=None) -> JobForm:
     projects = catalog.submittable_projects(request.user)
     return JobForm(
         data,
+        files,
         initial=initial or {},
         projects=projects,
         hardware=catalog.hardware_for_projects(projects),
         software=catalog.software_for_projects(projects),
+        stored_notebooks=visible_files(request.user).filter(project__in=projects, path__endswith=".ipynb"),
+        user=request.user,
     )
-
-
-def _notebook_of(user, job_id: int | None) -> dict | None:
-    """The notebook of a notebook job `user` can see (Clone & edit carries it), None without one."""
-    if not job_id:
-        return None
-    source = visible_jobs(user).filter(pk=job_id, kind=Job.Kind.NOTEBOOK).first()
-    if source is None or source.notebook is None:
-        raise actions.SubmitError(f"job {job_id} has no notebook you can see to run again", field="notebook_from")
-    return source.notebook
 
 
 def _request_from(form: JobForm, user) -> actions.JobRequest:
@@ -80,9 +76,28 @@ def _request_from(form: JobForm, user) -> actions.JobRequest:
         env=data.get("env") or {},
         edited_script=data.get("edited_script") or None,
         uuid=data.get("draft"),
-        notebook=_notebook_of(user, data.get("notebook_from")),
+        notebook=data.get("notebook"),
         parameters=data.get("parameters") or {},
     )
+
+
+def _notebook_context(form: JobForm) -> dict:
+    """The notebook's parameters cell and an input per parameter, holding what was typed or else its default."""
+    nb = form.cleaned_data.get("notebook") if hasattr(form, "cleaned_data") else None
+    if nb is None and form.initial.get("notebook_json"):
+        nb = json.loads(form.initial["notebook_json"])
+    if nb is None:
+        return {"notebook": None}
+    declared = notebooks.parameters_of(nb)
+    cell = notebooks.parameters_cell(nb)
+    typed = {k[len(PARAM_PREFIX):]: v for k, v in form.data.items() if k.startswith(PARAM_PREFIX)}
+    initial = form.initial.get("parameters") or {}
+    params = [{"name": p.name, "input": PARAM_PREFIX + p.name, "default": p.default, "help": p.help,
+               "value": typed.get(p.name, repr(initial[p.name]) if p.name in initial else p.default)}
+              for p in declared or []]
+    return {"notebook": nb, "notebook_kernel": notebooks.kernel_of(nb), "notebook_params": params,
+            "parameters_source": "".join(cell["source"]) if cell and isinstance(cell.get("source"), list)
+            else (cell or {}).get("source", "")}
 
 
 def _initial(request) -> tuple[dict, list[str]]:
@@ -103,15 +118,14 @@ def _initial(request) -> tuple[dict, list[str]]:
                 nodes=source.nodes,
                 walltime=format_walltime(source.walltime_seconds),
                 launcher=source.launcher,
-                script=source.script,
+                script=source.script if source.notebook is None else "",
                 env="\n".join(f"{k}={v}" for k, v in (source.env or {}).items()),
                 template=source.template,
                 working_directory=source.working_directory,
                 procs_per_node=source.procs_per_node,
             )
-            if source.kind == Job.Kind.NOTEBOOK and source.notebook is not None:
-                # The script of a notebook job is papermill's command: the notebook and its parameters go too.
-                initial.update(notebook_from=source.pk, parameters=json.dumps(source.parameters or {}, indent=1))
+            if source.notebook is not None:
+                initial.update(notebook_json=json.dumps(source.notebook), parameters=source.parameters or {})
             if source.hardware is not None:
                 why = catalog.why_not_usable(source.hardware, source.project)
                 if why:
@@ -136,7 +150,7 @@ def _initial(request) -> tuple[dict, list[str]]:
 def job_new(request):
     notices: list[str] = []
     if request.method == "POST":
-        form = _form(request, request.POST)
+        form = _form(request, request.POST, files=request.FILES)
         if form.is_valid():
             try:
                 job_request = _request_from(form, request.user)
@@ -159,15 +173,25 @@ def job_new(request):
     else:
         initial, notices = _initial(request)
         form = _form(request, initial=initial)
-    context = {"form": form, "notices": notices, **catalog.picker_context(request.user, form)}
+    context = {"form": form, "notices": notices, **catalog.picker_context(request.user, form), **_notebook_context(form)}
     return render(request, "jobs/new.html", context)
+
+
+@login_required
+@require_POST
+def job_notebook(request):
+    """The chosen notebook's parameters cell, with an input per parameter (or why the notebook cannot be used)."""
+    form = _form(request, request.POST, files=request.FILES)
+    form.is_valid()  # only the notebook matters here: the rest of the form may still be half filled
+    errors = [e for f in ("notebook_file", "stored_notebook") for e in form.errors.get(f, [])]
+    return render(request, "jobs/_notebook.html", {"form": form, "notebook_errors": errors, **_notebook_context(form)})
 
 
 @login_required
 @require_POST
 def job_preview(request):
     """The exact script and the estimate for what the form says now (rendered here: pure, no scheduler)."""
-    form = _form(request, request.POST)
+    form = _form(request, request.POST, files=request.FILES)
     context: dict = {"form": form}
     if form.is_valid():
         try:
@@ -269,11 +293,17 @@ def job_group_cancel(request, pk: int):
 @login_required
 def job_group(request, pk: int):
     group = get_object_or_404(JobGroup.objects.filter(project__in=access.visible_projects(request.user)), pk=pk)
-    jobs = visible_jobs(request.user).filter(group=group).order_by("pk")
+    jobs = visible_jobs(request.user).filter(group=group).order_by("pk").prefetch_related("artifacts")
+    # A column per parameter, so that the points (and their executed notebooks) can be compared side by side.
+    names = sorted({name for job in jobs for name in (job.parameters or {})})
+    for job in jobs:
+        job.parameter_values = [(job.parameters or {}).get(name, "") for name in names]
+        job.executed_notebook = next((a for a in job.artifacts.all() if a.path == notebooks.EXECUTED_NOTEBOOK
+                                      and a.stored_name), None)
     counts = {label: jobs.filter(state=value).count() for value, label in JobState.choices}
     template = "jobs/_group_table.html" if request.htmx else "jobs/group.html"
     active = sum(1 for job in jobs if not job.is_final)
-    response = render(request, template, {"group": group, "jobs": jobs, "active": active,
+    response = render(request, template, {"group": group, "jobs": jobs, "active": active, "parameter_names": names,
                                           "counts": {k: v for k, v in counts.items() if v}})
     if request.htmx and all(job.is_final for job in jobs):
         response.status_code = STOP_POLLING
@@ -289,6 +319,24 @@ def job_artifact(request, pk: int, artifact_id: int):
         raise Http404("this output was too large to copy; it is in the job directory on the cluster")
     return FileResponse(open_job_output(artifact.stored_name), as_attachment=True,
                         filename=artifact.path.rsplit("/", 1)[-1])
+
+
+@login_required
+@xframe_options_sameorigin
+def job_executed_notebook(request, pk: int):
+    """The executed notebook as HTML, for the job page's sandboxed frame (or a tab of its own).
+
+    A notebook's outputs may hold any HTML or script: the response's CSP makes it a sandbox (an opaque origin,
+    no script, nothing fetched from anywhere), so it cannot act as the portal or read its pages."""
+    job = _job_or_404(request.user, pk)
+    artifact = job.artifacts.filter(path=notebooks.EXECUTED_NOTEBOOK).exclude(stored_name="").first()
+    if artifact is None:
+        raise Http404("this job has no executed notebook (yet)")
+    with open_job_output(artifact.stored_name) as f:
+        html = notebooks.to_html(f.read(settings.KAKEHASHI_MAX_NOTEBOOK_BYTES * 4))
+    response = HttpResponse(html, content_type="text/html; charset=utf-8")
+    response["Content-Security-Policy"] = notebooks.SANDBOX_POLICY
+    return response
 
 
 @login_required

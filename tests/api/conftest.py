@@ -82,7 +82,7 @@ def notebook(source: str = "print(lr)") -> dict:
         "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
         "cells": [
             {"cell_type": "code", "id": "params", "metadata": {"tags": ["parameters"]}, "execution_count": None,
-             "outputs": [], "source": "lr = 0.1"},
+             "outputs": [], "source": "lr = 0.1\nepochs = 1\nmodel = 'cnn'\nlayers = [64]"},
             {"cell_type": "code", "id": "body", "metadata": {}, "execution_count": None, "outputs": [], "source": source},
         ],
     }

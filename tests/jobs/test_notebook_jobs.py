@@ -8,6 +8,7 @@ import nbformat
 import pytest
 from django.core.files.storage import default_storage
 
+from portal.accounts.loopback import CONTAINER_IMAGE
 from portal.catalog.models import HardwareType, Software
 from portal.jobs import actions
 from portal.jobs.models import Job, JobState
@@ -16,18 +17,33 @@ from tests.conftest import wait_for
 pytestmark = [pytest.mark.cluster, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
 
-def _notebook() -> dict:
+def _notebook(body: str = "result = lr * epochs\nprint(f'result={result}')") -> dict:
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     params = nbformat.v4.new_code_cell("lr = 0.1\nepochs = 1")
     params.metadata["tags"] = ["parameters"]
-    nb.cells = [params, nbformat.v4.new_code_cell("result = lr * epochs\nprint(f'result={result}')")]
+    nb.cells = [params, nbformat.v4.new_code_cell(body)]
     return json.loads(nbformat.writes(nb))
+
+
+# Run by the notebook's kernel: where it runs (the image's marker exists only inside the container) and which Python.
+WHERE = """import os, sys
+print(f'result={lr * epochs}')
+print('kernel python:', sys.executable)
+print('image:', open('/etc/kakehashi-image').read().strip() if os.path.exists('/etc/kakehashi-image') else 'none')
+print('host files:', 'visible' if os.path.exists('/etc/slurm/slurm.conf') or os.path.exists('/var/lib/gridengine') else 'hidden')
+"""
+
+
+def _outputs(job: Job) -> str:
+    executed = nbformat.reads(default_storage.open(job.artifacts.get(path="notebook.ipynb").stored_name).read().decode(),
+                              as_version=4)
+    return "".join(o.get("text", "") for cell in executed.cells for o in cell.get("outputs", []))
 
 
 def test_a_notebook_with_parameters_runs_on_slurm_and_the_executed_notebook_comes_back(hpc_site, live_worker):
     job = actions.submit_job(hpc_site.alice, actions.JobRequest(
-        project=hpc_site.project, name="notebook", notebook=_notebook(), parameters={"lr": 0.5, "epochs": 4},
+        project=hpc_site.project, name="notebook", notebook=_notebook(WHERE), parameters={"lr": 0.5, "epochs": 4},
         hardware=HardwareType.objects.get(slug="slurm-a100x1"), software=Software.objects.get(slug="pytorch-2-13"),
         walltime="00:10:00")).job
     assert job.kind == Job.Kind.NOTEBOOK and "papermill notebook.ipynb" in job.script
@@ -39,6 +55,24 @@ def test_a_notebook_with_parameters_runs_on_slurm_and_the_executed_notebook_come
     assert executed.metadata["papermill"]["parameters"] == {"lr": 0.5, "epochs": 4}
     outputs = "".join(o.get("text", "") for cell in executed.cells for o in cell.get("outputs", []))
     assert "result=2.0" in outputs
+    # The kernel is the software's (the module's Python environment), not the portal's.
+    assert "kernel python: /opt/kakehashi-cluster/pyenv/bin/python" in outputs, outputs
+
+
+def test_a_notebook_runs_with_papermill_inside_the_container_on_tsubame_grid_engine(hpc_site, live_worker):
+    job = actions.submit_job(hpc_site.alice, actions.JobRequest(
+        project=hpc_site.project, name="notebook-in-container", notebook=_notebook(WHERE),
+        parameters={"lr": 0.25, "epochs": 2}, hardware=HardwareType.objects.get(slug="tsubame-s-gpu"),
+        software=Software.objects.get(image=CONTAINER_IMAGE), walltime="00:10:00")).job
+    assert f'apptainer exec --nv --bind "$KAKEHASHI_JOB_DIR" {CONTAINER_IMAGE} bash' in job.rendered_script
+    assert "qsub -g kkdemo" in job.submit_command
+    job = wait_for(lambda: Job.objects.filter(pk=job.pk, artifacts__path="notebook.ipynb").first(), timeout=180,
+                   message="the executed notebook from TSUBAME")
+    assert job.state == JobState.COMPLETED, job.state_reason
+    outputs = _outputs(job)
+    # papermill's kernel ran inside the image: its marker is there, the host's scheduler files are not.
+    assert f"image: {CONTAINER_IMAGE}" in outputs and "host files: hidden" in outputs, outputs
+    assert "result=0.5" in outputs
 
 
 def test_a_failing_notebook_fails_and_still_returns_the_executed_notebook(hpc_site, live_worker):

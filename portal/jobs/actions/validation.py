@@ -24,6 +24,7 @@ from portal.catalog.models import HardwareType, Software
 from portal.catalog.queries import software_providing
 from portal.clusters.connect import reach_of
 from portal.clusters.models import Allocation, Cluster
+from portal.jobs import notebooks
 from portal.jobs.models import Job
 from portal.projects.models import Project
 
@@ -196,7 +197,7 @@ def checked_payload(req: JobRequest) -> tuple[str, str]:
     if template is not None and not script.strip():
         script = template.script
     if req.notebook is not None:
-        script = notebook_payload(req.notebook, req.parameters)
+        script = notebook_payload(req.notebook, req.parameters, req.software)
     else:
         if not script or not script.strip():
             raise SubmitError("the script is empty: write the commands the job should run", field="script")
@@ -230,28 +231,20 @@ def checked_payload(req: JobRequest) -> tuple[str, str]:
 NOTEBOOK_OUTPUT = "outputs/notebook.ipynb"
 
 
-def notebook_payload(notebook: Any, parameters: Any) -> str:
-    """Check a notebook and its parameters; the payload that runs it headless with papermill."""
-    import nbformat
-
-    if not isinstance(notebook, dict):
-        raise SubmitError("the notebook must be a Jupyter notebook (a JSON object), not " + type(notebook).__name__, field="notebook")
+def notebook_payload(notebook: Any, parameters: Any, software: Software | None = None) -> str:
+    """Check a notebook, its parameters and its kernel against the software; the payload that runs it headless
+    with papermill. papermill and the kernel are the software's (the payload runs inside its container or after
+    its modules load), so `python -m papermill` uses the environment's Python, never the portal's."""
+    kernels = list(software.kernels or []) if software is not None else [notebooks.DEFAULT_KERNEL]
     try:
-        nbformat.validate(nbformat.from_dict(notebook))
-    except Exception as exc:  # noqa: BLE001 - nbformat raises several kinds; all mean "not a notebook"
-        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-        raise SubmitError(f"this is not a valid Jupyter notebook: {first}", field="notebook") from None
-    if len(json.dumps(notebook).encode()) > settings.KAKEHASHI_MAX_NOTEBOOK_BYTES:
-        raise SubmitError(
-            f"the notebook is larger than {settings.KAKEHASHI_MAX_NOTEBOOK_BYTES // (1024 * 1024)} MiB; clear its outputs first",
-            field="notebook",
-        )
-    if not isinstance(parameters, dict) or not all(isinstance(k, str) and k.isidentifier() for k in parameters):
-        raise SubmitError("parameters must be an object whose keys are Python identifiers", field="parameters")
+        kernel = notebooks.check(notebook, parameters, kernels, software=software.name if software else "plain shell",
+                                 max_bytes=settings.KAKEHASHI_MAX_NOTEBOOK_BYTES)
+    except notebooks.NotebookError as exc:
+        raise SubmitError(exc.message, field=exc.field) from None
     # papermill reads parameters.json (JSON is YAML) and writes the executed notebook next to the outputs.
     return (
-        f'papermill notebook.ipynb "$KAKEHASHI_JOB_DIR/{NOTEBOOK_OUTPUT}" -f parameters.json '
-        '--cwd "$KAKEHASHI_JOB_DIR" --no-progress-bar --log-output\n'
+        f'python -m papermill notebook.ipynb "$KAKEHASHI_JOB_DIR/{NOTEBOOK_OUTPUT}" -f parameters.json '
+        f'-k {shlex.quote(kernel)} --cwd "$KAKEHASHI_JOB_DIR" --no-progress-bar --log-output\n'
     )
 
 

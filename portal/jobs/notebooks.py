@@ -1,0 +1,156 @@
+"""Notebooks as jobs: what a notebook asks for (its kernel, the values of its `parameters` cell), whether the
+chosen software can run it, and the executed notebook as HTML that cannot act in the portal's origin.
+
+Plain functions on the notebook's JSON: the form, the API and the job page share them. Nothing here runs a
+notebook; papermill does that on the cluster, inside the chosen software (docs/decisions/0020).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+# The kernel a notebook without a kernelspec runs with, and what software (or none) provides unless told.
+DEFAULT_KERNEL = "python3"
+PARAMETERS_TAG = "parameters"
+# Where papermill writes the executed notebook, relative to the job's outputs/ (its artifact path).
+EXECUTED_NOTEBOOK = "notebook.ipynb"
+# The executed notebook's own page: a sandbox (opaque origin, no script, no forms, no popups), styles inline as
+# nbconvert writes them, images only inline; only the portal's own pages may frame it.
+SANDBOX_POLICY = ("sandbox; default-src 'none'; style-src 'unsafe-inline'; img-src data:; font-src data:; "
+                  "frame-ancestors 'self'; form-action 'none'; base-uri 'none'")
+
+
+class NotebookError(ValueError):
+    """A notebook (or its parameters) that cannot run as asked; the message says what to change."""
+
+    def __init__(self, message: str, *, field: str = "notebook") -> None:
+        super().__init__(message)
+        self.message, self.field = message, field
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    default: str  # the source text of its value in the parameters cell
+    type_name: str = ""
+    help: str = ""
+
+
+def loads(raw: bytes | str) -> dict[str, Any]:
+    """A notebook from the bytes of an .ipynb file: JSON that is a notebook, or a NotebookError saying which."""
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise NotebookError(f"this file is not JSON, so not a Jupyter notebook (.ipynb): {exc}") from None
+    validate(data)
+    return data
+
+
+def validate(notebook: Any) -> None:
+    """nbformat's own validation: anything else is refused with nbformat's first complaint."""
+    import nbformat
+
+    if not isinstance(notebook, dict):
+        raise NotebookError("the notebook must be a Jupyter notebook (a JSON object), not " + type(notebook).__name__)
+    try:
+        nbformat.validate(nbformat.from_dict(notebook))
+    except Exception as exc:  # noqa: BLE001 - nbformat raises several kinds; all mean "not a notebook"
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        raise NotebookError(f"this is not a valid Jupyter notebook: {first}") from None
+
+
+def too_large(max_bytes: int) -> str:
+    size = f"{max_bytes / 2**20:g} MiB" if max_bytes >= 2**20 else f"{max_bytes / 1024:g} KiB"
+    return f"the notebook is larger than {size}; clear its outputs first"
+
+
+def kernel_of(notebook: dict[str, Any]) -> str:
+    spec = (notebook.get("metadata") or {}).get("kernelspec") or {}
+    name = spec.get("name") if isinstance(spec, dict) else None
+    return name if isinstance(name, str) and name else DEFAULT_KERNEL
+
+
+def _language(notebook: dict[str, Any]) -> str:
+    metadata = notebook.get("metadata") or {}
+    info = metadata.get("language_info") or {}
+    spec = metadata.get("kernelspec") or {}
+    return str(info.get("name") or spec.get("language") or "python")
+
+
+def _source(cell: dict[str, Any]) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else str(source)
+
+
+def parameters_cell(notebook: dict[str, Any]) -> dict[str, Any] | None:
+    for cell in notebook.get("cells") or []:
+        if PARAMETERS_TAG in ((cell.get("metadata") or {}).get("tags") or []):
+            return cell
+    return None
+
+
+def parameters_of(notebook: dict[str, Any]) -> list[Parameter] | None:
+    """The names and default values in the cell tagged `parameters` (None: there is no such cell).
+
+    papermill's own translator reads the cell, so the names are the ones papermill will override."""
+    from papermill.translators import papermill_translators
+
+    cell = parameters_cell(notebook)
+    if cell is None:
+        return None
+    try:
+        translator = papermill_translators.find_translator(kernel_of(notebook), _language(notebook))
+        found = translator.inspect(_Cell(_source(cell)))
+    except Exception:  # noqa: BLE001 - a language papermill cannot inspect: its names are not known
+        return []
+    return [Parameter(p.name, p.default, "" if p.inferred_type_name == "None" else p.inferred_type_name, p.help)
+            for p in found]
+
+
+class _Cell(dict):
+    # papermill's translators read `cell.source`.
+    def __init__(self, source: str) -> None:
+        super().__init__(source=source)
+        self.source = source
+
+
+def check(notebook: Any, parameters: Any, kernels: list[str], *, software: str, max_bytes: int) -> str:
+    """Everything a notebook job must satisfy before it is queued; returns the kernel papermill runs it with."""
+    validate(notebook)
+    if len(json.dumps(notebook).encode()) > max_bytes:
+        raise NotebookError(too_large(max_bytes))
+    if not isinstance(parameters, dict) or not all(isinstance(k, str) and k.isidentifier() for k in parameters):
+        raise NotebookError("parameters must be an object whose keys are Python identifiers", field="parameters")
+    kernel = kernel_of(notebook)
+    if kernel not in kernels:
+        raise NotebookError(
+            f"the notebook's kernel {kernel!r} is not provided by {software} (it provides: {', '.join(kernels) or 'none'}); "
+            "choose other software or change the notebook's kernel", field="software")
+    if parameters:
+        declared = parameters_of(notebook)
+        if declared is None:
+            raise NotebookError(
+                "parameters were given but the notebook has no cell tagged 'parameters': tag the cell that sets "
+                "them (Lab: Property Inspector → Cell Tags → parameters)", field="parameters")
+        names = {p.name for p in declared}
+        if declared and (unknown := sorted(set(parameters) - names)):
+            raise NotebookError(
+                f"unknown parameter{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: the notebook's parameters "
+                f"cell sets {', '.join(sorted(names))}", field="parameters")
+    return kernel
+
+
+def to_html(executed: bytes) -> str:
+    """The executed notebook as a standalone HTML page (nbconvert). It is served only from `notebook_page`'s
+    sandboxed response, never inside the portal's pages: a notebook's output may hold any HTML or script."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    nb = nbformat.reads(executed.decode("utf-8", "replace"), as_version=4)
+    exporter = HTMLExporter(template_name="classic")
+    # No scripts at all (MathJax, widgets, require.js come from CDNs): the sandbox would refuse them anyway.
+    exporter.exclude_input_prompt = False
+    body, _ = exporter.from_notebook_node(nb)
+    return body
