@@ -76,7 +76,7 @@ def _job_lines(job: dict[str, Any]) -> str:
         ("hardware", f"{job.get('hardware') or '-'} on {job['cluster']}, {job['nodes']} node(s)"),
         ("walltime", job["walltime"]),
         ("scheduler id", job.get("scheduler_id") or "-"),
-        ("exit code", "-" if job.get("exit_code") is None else str(job["exit_code"])),
+        ("exit", job.get("exit_text") or ("-" if job.get("exit_code") is None else f"exit code {job['exit_code']}")),
         ("estimate", _money(job.get("estimate"))),
         ("cost", _money(job.get("cost"))),
         ("created", _when(job.get("created_at"))),

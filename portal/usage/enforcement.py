@@ -52,8 +52,8 @@ def enforce(budget: Budget) -> EnforcementReport:
     cancelled: list[int] = []
     if budget.strict and budget.amount > 0 and used >= budget.amount:
         reason = (
-            f"cancelled: project {budget.project.slug} reached its strict budget of {amount_text(budget.amount)} {budget.unit} "
-            f"(spent {amount_text(summary.spent)} + running {amount_text(current_burn)})"
+            f"cancelled by the project's strict budget: {budget.project.slug} reached its {amount_text(budget.amount)} "
+            f"{budget.unit} (spent {amount_text(summary.spent)} + running jobs {amount_text(current_burn)})"
         )
         for job_id in Job.objects.filter(project=budget.project, state__in=ACTIVE_STATES, cancel_requested_at__isnull=True).order_by("pk").values_list("pk", flat=True):
             cancel_for_budget(job_id, reason)

@@ -108,7 +108,7 @@ def test_run_on_8_a100_on_slurm_and_watch_it_live(page, live_server, hpc_site, l
     expect(stdout).to_contain_text("visible=0,1,2,3,4,5,6,7", timeout=30_000)
     expect(stdout).to_contain_text("torch env=/")  # the software's module was loaded
     expect(stdout).to_contain_text("done on ")
-    expect(page.locator("#exit-code")).to_have_text("0")
+    expect(page.locator("#job-exit")).to_have_text("exit code 0")
     expect(page.locator("#job-cost")).to_have_text(re.compile(r"^\s*cost \d+\.\d+ points \(estimate 3\.00\)\s*$"))
     assert seen_job_states(page)[-1] == "completed"  # still the same page: nothing was reloaded
     job.refresh_from_db()
