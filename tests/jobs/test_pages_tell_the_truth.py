@@ -95,3 +95,16 @@ def test_the_upload_form_and_its_refusal_name_the_limit_in_the_same_unit(client,
                                             "file": SimpleUploadedFile("big.bin", b"x" * (1024 * 1024 + 100_000))},
                           follow=True).content.decode()
     assert "the upload limit of 1.0 MiB (1,048,576 bytes)" in refused
+
+
+def test_a_running_job_the_budget_is_cancelling_says_so_until_the_scheduler_stops_it(client, local_site):
+    from portal.jobs.actions import cancel_for_budget
+
+    job = Job.objects.create(project=local_site.project, user=local_site.alice, cluster=local_site.cluster,
+                             hardware=local_site.hardware, name="long", state=JobState.RUNNING, scheduler_id="local-1",
+                             walltime_seconds=3600)
+    cancel_for_budget(job.pk, "cancelled by the project's strict budget: vision reached its 100.00 points")
+    client.force_login(local_site.alice)
+    status = client.get(reverse("job-status", args=[job.pk])).content.decode()
+    assert ("Cancel asked for (cancelled by the project&#x27;s strict budget: vision reached its 100.00 points): "
+            "waiting for the scheduler to stop the job.") in status
