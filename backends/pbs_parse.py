@@ -136,6 +136,7 @@ class Observation:
     elapsed_seconds: int | None = None
     nodes: int | None = None
     raw: Mapping[str, str] = field(default_factory=dict)
+    signal: int | None = None
 
     def status(self) -> JobStatus:
         return JobStatus(self.scheduler_id, self.state, self.reason, self.exit_code)

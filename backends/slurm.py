@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
 from backends.base import (
@@ -46,6 +46,7 @@ _ID_RE = re.compile(r"\d+(_\d+)?")
 SACCT_FIELDS = "JobID,JobName,State,ExitCode,Start,End,ElapsedRaw,NNodes,AllocTRES,Account,Partition"
 # The job-completion log has no TRES (and Slurm 22.05's `sacct -c` crashes when asked for AllocTRES).
 JOBCOMP_FIELDS = SACCT_FIELDS.replace(",AllocTRES", "")
+SCONTROL_MARK = "---kakehashi-scontrol---"
 
 
 def slurm_walltime(seconds: int) -> str:
@@ -160,12 +161,20 @@ class SlurmBackend(Backend):
         return self.settings.get("accounting") == "jobcomp"
 
     def records_command(self, scheduler_ids: Sequence[str]) -> str:
+        # With the steps (no -X): a cancelled or timed-out job's allocation says "0:0", only its batch step says
+        # which signal killed it ("0:15"). Then slurmctld's own word on the exit code, while it still holds the
+        # job: slurmdbd 22.05 keeps only the low 7 bits of an exit code above 127 (a script's `exit 143` is
+        # "15:0" in sacct, "143:0" in scontrol, verified on the test cluster).
         fields = JOBCOMP_FIELDS if self._jobcomp else SACCT_FIELDS
-        return f"SLURM_TIME_FORMAT=%s sacct {'-c' if self._jobcomp else '-X'} -n -P -j {','.join(scheduler_ids)} -o {fields}"
+        ids = [i for i in scheduler_ids if _ID_RE.fullmatch(i)]
+        sacct = f"SLURM_TIME_FORMAT=%s sacct {'-c ' if self._jobcomp else ''}-n -P -j {','.join(scheduler_ids)} -o {fields}"
+        scontrol = "; ".join(f"scontrol -o show job {i}" for i in ids)
+        return f"{sacct} && {{ echo {SCONTROL_MARK}; {{ {scontrol or 'true'}; }} 2>/dev/null; true; }}"
 
     def parse_records(self, result: CommandResult, scheduler_ids: Sequence[str]) -> dict[str, JobRecord]:
         fields = JOBCOMP_FIELDS if self._jobcomp else SACCT_FIELDS
-        return parse_sacct(self.checked(result, "sacct"), set(scheduler_ids), fields)
+        text, _, controller = self.checked(result, "sacct").partition(f"{SCONTROL_MARK}\n")
+        return parse_sacct(text, set(scheduler_ids), fields, parse_scontrol_exit_codes(controller))
 
 
 _SQUEUE_FORMAT = "%i|%T|%r"
@@ -184,29 +193,61 @@ def parse_squeue(text: str, wanted: set[str]) -> dict[str, JobStatus]:
     return statuses
 
 
-def parse_sacct(text: str, wanted: set[str], field_list: str = SACCT_FIELDS) -> dict[str, JobRecord]:
+def parse_scontrol_exit_codes(text: str) -> dict[str, tuple[int, int]]:
+    """`scontrol -o show job` lines as {job id: (exit code, signal)}, an array element under its "123_4" too."""
+    codes: dict[str, tuple[int, int]] = {}
+    for line in text.splitlines():
+        fields = dict(item.partition("=")[::2] for item in line.split() if "=" in item)
+        code, _, signal = fields.get("ExitCode", "").partition(":")
+        if not (code.isdigit() and signal.isdigit()):
+            continue
+        if fields.get("JobId"):
+            codes[fields["JobId"]] = (int(code), int(signal))
+        if fields.get("ArrayJobId") and fields.get("ArrayTaskId", "").isdigit():
+            codes[f"{fields['ArrayJobId']}_{fields['ArrayTaskId']}"] = (int(code), int(signal))
+    return codes
+
+
+def _exit_pair(text: str) -> tuple[int | None, int]:
+    code, _, signal = text.partition(":")
+    return (int(code) if code.isdigit() else None), (int(signal) if signal.isdigit() else 0)
+
+
+def parse_sacct(text: str, wanted: set[str], field_list: str = SACCT_FIELDS,
+                controller: Mapping[str, tuple[int, int]] | None = None) -> dict[str, JobRecord]:
+    """sacct rows (allocations and their steps) as records of the `wanted` jobs. The exit code is accounting's,
+    or slurmctld's where it still knows the job (`controller`, from parse_scontrol_exit_codes); the signal is the
+    allocation's, else its batch step's."""
+    controller = controller or {}
     records: dict[str, JobRecord] = {}
     fields = field_list.split(",")
+    rows: dict[str, dict[str, str]] = {}
+    step_signal: dict[str, int] = {}
     for line in text.splitlines():
         parts = line.split("|")
         if len(parts) != len(fields):
             continue
         row = dict(zip(fields, parts, strict=True))
-        job_id = row["JobID"]
+        job_id, _, step = row["JobID"].partition(".")
         if job_id not in wanted:
             continue
+        if step == "batch":
+            step_signal[job_id] = _exit_pair(row["ExitCode"])[1]
+        elif not step:
+            rows[job_id] = row
+    for job_id, row in rows.items():
         raw_state = row["State"].split()[0] if row["State"] else ""
         state = _STATES.get(raw_state)
         if state is None or not state.is_final:
             continue  # still running according to accounting: the queue is the better source
-        code, _, signal = row["ExitCode"].partition(":")
-        exit_code = int(code) if code.isdigit() else None
-        if exit_code == 0 and signal.isdigit() and int(signal):
-            exit_code = 128 + int(signal)
+        exit_code, signal = controller.get(job_id) or _exit_pair(row["ExitCode"])
+        signal = signal or step_signal.get(job_id, 0)
+        if signal and not exit_code:
+            exit_code = None  # killed: the script never returned a code
         reason = {
             State.TIMED_OUT: "walltime exceeded (Slurm TIMEOUT)",
             State.CANCELLED: row["State"].lower(),
-            State.FAILED: f"{raw_state.lower().replace('_', ' ')}, exit code {exit_code}",
+            State.FAILED: raw_state.lower().replace("_", " "),
         }.get(state, "")
         elapsed = int(row["ElapsedRaw"]) if row["ElapsedRaw"].isdigit() else None
         nodes = int(row["NNodes"]) if row["NNodes"].isdigit() else None
@@ -220,6 +261,7 @@ def parse_sacct(text: str, wanted: set[str], field_list: str = SACCT_FIELDS) -> 
             nodes=nodes,
             reason=reason,
             raw=row,
+            signal=signal or None,
         )
     return records
 

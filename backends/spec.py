@@ -142,6 +142,9 @@ class JobRecord:
     nodes: int | None = None
     reason: str = ""
     raw: Mapping[str, str] = field(default_factory=dict)
+    # The signal accounting says ended the job (Slurm's "0:15", a cancel or walltime kill), apart from the exit
+    # code: a killed job has no exit code of its own, and "exit code 0" would say it succeeded.
+    signal: int | None = None
 
 
 # Standard file names inside a job directory: the portal and storage find outputs here on every backend.

@@ -56,9 +56,10 @@ def _when(value: str | None) -> str:
 
 
 def _money(value: dict[str, str] | None) -> str:
+    """An amount as the portal's pages show it (its `text`: one rule on both), else exactly as the API gave it."""
     if not value:
         return "-"
-    return f"{float(value['amount']):.2f} {value['unit']}"
+    return value.get("text") or f"{value['amount']} {value['unit']}"
 
 
 def _table(rows: list[list[str]], headers: list[str]) -> str:
@@ -75,7 +76,7 @@ def _job_lines(job: dict[str, Any]) -> str:
         ("hardware", f"{job.get('hardware') or '-'} on {job['cluster']}, {job['nodes']} node(s)"),
         ("walltime", job["walltime"]),
         ("scheduler id", job.get("scheduler_id") or "-"),
-        ("exit code", "-" if job.get("exit_code") is None else str(job["exit_code"])),
+        ("exit", job.get("exit_text") or ("-" if job.get("exit_code") is None else f"exit code {job['exit_code']}")),
         ("estimate", _money(job.get("estimate"))),
         ("cost", _money(job.get("cost"))),
         ("created", _when(job.get("created_at"))),
@@ -186,7 +187,7 @@ def _parse_gpus(text: str):
 def _describe(hw: dict[str, Any]) -> str:
     gpus = f"{hw['gpus_per_node']}×{(hw['gpu_model'] or 'GPU').upper()}" if hw["gpus_per_node"] else f"{hw['cpus_per_node']} CPUs"
     price = hw.get("price_per_node_hour")
-    cost = f", {float(price['amount']):.2f} {price['unit']}/node-h" if price else ""
+    cost = f", {_money(price)}/node-h" if price else ""
     return f"{hw['slug']} ({gpus}, up to {hw['max_nodes']} node(s){cost})"
 
 
@@ -248,8 +249,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
         print(f"\n# dry run: nothing was submitted. Estimate: {_money(answer.get('estimate'))}", end="")
         budget = answer.get("budget")
         if budget:
-            print(f"; {float(budget['available']):.2f} {budget['unit']} available, "
-                  f"{float(budget['after']):.2f} after this job" + ("" if budget["fits"] else " — the budget would refuse it"), end="")
+            text = budget.get("text") or budget
+            print(f"; {text['available']} {budget['unit']} available, "
+                  f"{text['after']} after this job" + ("" if budget["fits"] else " — the budget would refuse it"), end="")
         print()
     else:
         verb = "Submitted" if answer.get("created") else "Already submitted (same idempotency key)"
@@ -388,8 +390,9 @@ def cmd_budget(args: argparse.Namespace) -> int:
         unit = budget["unit"]
         kind = "strict" if budget["strict"] else "soft"
         print(f"Project {budget['project']} ({kind} {budget['period']} budget since {budget['period_start']})")
+        text = budget.get("text") or budget  # as the pages show it; exact from an older portal
         for key in ("budget", "spent", "reserved", "available"):
-            print(f"{key:>10}: {float(budget[key]):>12.2f} {unit}")
+            print(f"{key:>10}: {text[key]:>12} {unit}")
     return EXIT_OK
 
 

@@ -24,6 +24,7 @@ class PresetSerializer(serializers.Serializer):
     gpu_model = serializers.CharField(allow_blank=True, help_text="blank: any GPU model")
     hardware = serializers.SlugField(allow_null=True, help_text="the cheapest matching hardware; null: none for this project")
     options = serializers.ListField(child=serializers.SlugField(), help_text="every matching hardware, cheapest first")
+    clusters = serializers.ListField(child=serializers.SlugField(), help_text="where each of `options` runs (its cluster)")
     price_per_node_hour = MoneySerializer(allow_null=True, help_text="of `hardware`, in the unit of the project's budget")
 
 
@@ -45,5 +46,6 @@ class PresetListView(ApiView):
             "gpu_model": choice.preset.gpu_model,
             "hardware": choice.best.slug if choice.best else None,
             "options": [hw.slug for hw in choice.options],
+            "clusters": [hw.cluster.slug for hw in choice.options],
             "price_per_node_hour": money(price_per_node_hour(choice.best, budget)) if choice.best else None,
         } for choice in presets_for(project)])

@@ -10,6 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from portal.budgets.actions import Money
+from portal.budgets.display import amount_text
 from portal.jobs.actions import format_walltime
 from portal.jobs.models import Job, JobState
 from portal.projects.models import Role
@@ -24,15 +25,16 @@ class ErrorSerializer(serializers.Serializer):
 
 
 class MoneySerializer(serializers.Serializer):
-    amount = serializers.DecimalField(max_digits=20, decimal_places=4)
+    amount = serializers.DecimalField(max_digits=20, decimal_places=4, help_text="exact, as the ledger keeps it")
     unit = serializers.CharField()
+    text = serializers.CharField(help_text="how the pages show it, e.g. \"0.0042 points\" (the CLI prints this)")
 
 
 def money(value: Money | None) -> dict[str, Any] | None:
-    """The API's one spelling of an amount of money: four decimals as text, with its unit."""
+    """The API's one spelling of an amount of money: four decimals as text, with its unit, and as pages show it."""
     if value is None:
         return None
-    return {"amount": f"{value.amount:.4f}", "unit": value.unit}
+    return {"amount": f"{value.amount:.4f}", "unit": value.unit, "text": f"{amount_text(value.amount)} {value.unit}"}
 
 
 @extend_schema_field(MoneySerializer(allow_null=True))
@@ -220,13 +222,16 @@ class JobSerializer(serializers.Serializer):
     state = serializers.SerializerMethodField()
     state_reason = serializers.CharField(allow_blank=True)
     scheduler_id = serializers.CharField(allow_blank=True)
-    exit_code = serializers.IntegerField(allow_null=True)
+    exit_code = serializers.IntegerField(allow_null=True, help_text="the script's own, as accounting recorded it")
+    exit_signal = serializers.IntegerField(allow_null=True, help_text="the signal accounting says killed the job")
+    exit_text = serializers.CharField(help_text='as the pages say it: "exit code 3", "killed by signal 15 (SIGTERM)"')
     created_at = serializers.DateTimeField(allow_null=True)
     submitted_at = serializers.DateTimeField(allow_null=True)
     started_at = serializers.DateTimeField(allow_null=True)
     ended_at = serializers.DateTimeField(allow_null=True)
     elapsed_seconds = serializers.IntegerField(allow_null=True)
     cancel_requested_at = serializers.DateTimeField(allow_null=True)
+    cancel_reason = serializers.CharField(allow_blank=True, help_text="who or what asked for the cancel, and why")
     estimate = MoneyField(allow_null=True)
     cost = MoneyField(allow_null=True)
     script = serializers.CharField(source="rendered_script", help_text="the exact job script handed to the scheduler")
@@ -263,6 +268,10 @@ class BudgetAfterSerializer(serializers.Serializer):
     after = AmountField(help_text="available once this job is reserved")
     unit = serializers.CharField(source="summary.unit")
     fits = serializers.BooleanField(help_text="false: a strict budget would refuse the job (402)")
+    text = serializers.SerializerMethodField(help_text="available and after as the pages show them (without the unit)")
+
+    def get_text(self, value) -> dict[str, str]:
+        return {"available": amount_text(value.summary.available), "after": amount_text(value.after)}
 
 
 class SweepSubmitSerializer(JobSubmitSerializer):
@@ -350,6 +359,15 @@ class BudgetSerializer(serializers.Serializer):
     strict = serializers.BooleanField(source="summary.strict", allow_null=True,
                                       help_text="strict budgets refuse jobs they cannot cover (402)")
     used_percent = PercentField(source="summary.used_percent", allow_null=True)
+    text = serializers.SerializerMethodField(help_text="budget, reserved, spent and available as the pages show them (without the unit)")
+
+    def get_text(self, value: dict) -> dict[str, str] | None:
+        summary = value.get("summary")
+        if summary is None:
+            return None
+        amounts = {"budget": summary.amount, "reserved": summary.reserved, "spent": summary.spent,
+                   "available": summary.available}
+        return {key: amount_text(amount) for key, amount in amounts.items()}
 
 
 # ------------------------------------------------------------------------------------------------- files

@@ -16,6 +16,7 @@ from django.db.models import Q, Sum
 from django.utils import timezone
 
 from portal.budgets import locks
+from portal.budgets.display import amount_text
 from portal.budgets.models import Budget, LedgerEntry, Period, UnitConversion
 
 CENT = Decimal("0.0001")
@@ -39,7 +40,7 @@ class Money:
     unit: str
 
     def __str__(self) -> str:
-        return f"{self.amount.quantize(Decimal('0.01'))} {self.unit}"
+        return f"{amount_text(self.amount)} {self.unit}"
 
 
 @dataclass(frozen=True)
@@ -134,10 +135,10 @@ def reserve_many(project, estimates: list[tuple[Any, Decimal]], *, actor=None) -
     if budget.strict and needed > current.available:
         what = "This job needs" if len(estimates) == 1 else f"These {len(estimates)} jobs need"
         raise BudgetExceeded(
-            f"{what} an estimated {needed.quantize(Decimal('0.01'))} {budget.unit} but project "
-            f"{project.slug} has only {max(current.available, Decimal(0)).quantize(Decimal('0.01'))} "
-            f"{budget.unit} left of {budget.amount.quantize(Decimal('0.01'))} {budget.unit} "
-            f"({current.reserved.quantize(Decimal('0.01'))} reserved by running jobs). Ask a project admin to "
+            f"{what} an estimated {amount_text(needed)} {budget.unit} but project "
+            f"{project.slug} has only {amount_text(max(current.available, Decimal(0)))} "
+            f"{budget.unit} left of {amount_text(budget.amount)} {budget.unit} "
+            f"({amount_text(current.reserved)} reserved by running jobs). Ask a project admin to "
             "raise the budget, or ask for fewer nodes or a shorter walltime.",
             available=current.available,
             needed=needed,

@@ -6,6 +6,7 @@ from django.conf import settings
 from django.db import models
 
 from portal.budgets.actions import Money
+from portal.jobs.outcome import exit_text
 
 
 class JobState(models.TextChoices):
@@ -96,6 +97,9 @@ class Job(models.Model):
     state = models.CharField(max_length=12, choices=JobState.choices, default=JobState.QUEUED, db_index=True)
     state_reason = models.TextField(blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
+    # The signal accounting says killed the job (a cancel, a walltime kill): shown beside or instead of the exit
+    # code, which a killed job does not have (portal.jobs.outcome).
+    exit_signal = models.IntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
     submitted_at = models.DateTimeField(null=True, blank=True)
@@ -103,6 +107,9 @@ class Job(models.Model):
     ended_at = models.DateTimeField(null=True, blank=True)
     elapsed_seconds = models.PositiveIntegerField(null=True, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    # Who or what asked for the cancel and why ("cancelled by alice", the strict budget's figures): the job's
+    # final reason, whatever words the scheduler's accounting uses for the kill.
+    cancel_reason = models.TextField(blank=True)
     # A submit attempt holds the job until this time; another attempt may only take over after it.
     dispatch_lease_until = models.DateTimeField(null=True, blank=True)
     dispatch_attempts = models.PositiveIntegerField(default=0)
@@ -126,6 +133,10 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"Job {self.pk} {self.name} ({self.state})"
+
+    @property
+    def exit_text(self) -> str:
+        return exit_text(self.exit_code, self.exit_signal)
 
     @property
     def is_final(self) -> bool:

@@ -19,6 +19,7 @@ from portal.clusters.connect import NoClusterAccount, account_for, backend_for, 
 from portal.clusters.models import Cluster
 from portal.jobs import events, locks, transitions
 from portal.jobs.models import FINAL_STATES, TRACKED_STATES, Job, JobState
+from portal.jobs.outcome import exit_text
 
 logger = logging.getLogger(__name__)
 
@@ -140,12 +141,13 @@ def finish_job(job_id: int, rec: JobRecord) -> bool:
         new = _STATE_MAP[rec.state]
         reason = rec.reason or {
             JobState.COMPLETED: "completed",
-            JobState.FAILED: f"exit code {rec.exit_code}",
+            JobState.FAILED: exit_text(rec.exit_code, rec.signal) or "failed",
             JobState.CANCELLED: "cancelled",
             JobState.TIMED_OUT: "walltime exceeded",
         }[new]
         if job.cancel_requested_at and new in {JobState.FAILED, JobState.CANCELLED}:
-            new, reason = JobState.CANCELLED, "cancelled by request"
+            # Who or what asked and why, not the scheduler's "cancelled by 1001" (a uid) or "exit code 143".
+            new, reason = JobState.CANCELLED, job.cancel_reason or "cancelled by request"
         started = rec.started_at or job.started_at
         ended = rec.ended_at or timezone.now()
         elapsed = rec.elapsed_seconds
@@ -156,6 +158,7 @@ def finish_job(job_id: int, rec: JobRecord) -> bool:
             new,
             reason=reason,
             exit_code=rec.exit_code,
+            exit_signal=rec.signal,
             started_at=started,
             ended_at=ended,
             elapsed_seconds=elapsed,
@@ -172,8 +175,8 @@ def flag_lost_if_silent(job_id: int, now) -> bool:
         last = job.last_seen_at or job.submitted_at or job.updated_at
         if job.cancel_requested_at and (now - job.cancel_requested_at).total_seconds() > 5:
             # Schedulers keep no accounting for a job deleted while it waited (SGE, for one): that is our cancel.
-            transitions.transition(job, JobState.CANCELLED, reason="cancelled by request (the scheduler keeps no record)",
-                        ended_at=now)
+            transitions.transition(job, JobState.CANCELLED, ended_at=now,
+                                   reason=f"{job.cancel_reason or 'cancelled by request'} (the scheduler keeps no record)")
             return True
         if last and (now - last).total_seconds() < settings.KAKEHASHI_LOST_AFTER_SECONDS:
             return False

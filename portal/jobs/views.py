@@ -157,7 +157,10 @@ def job_new(request):
                 if form.cleaned_data.get("sweep"):
                     sweep = actions.submit_sweep(request.user, job_request, form.cleaned_data["sweep"])
                     how = " as one scheduler array" if sweep.array else ""
-                    messages.success(request, f"{len(sweep.submissions)} jobs of sweep {sweep.group.name} are queued{how}.")
+                    # Flash messages say what the researcher did, never a state: they stay on the page while the
+                    # live status below moves on, and "is queued" beside a Completed badge would be false.
+                    messages.success(request, f"You submitted sweep {sweep.group.name}: {len(sweep.submissions)} jobs{how}. "
+                                              "Their states below follow the scheduler live.")
                     return redirect("job-group", pk=sweep.group.pk)
                 submission = actions.submit_job(request.user, job_request)
             except actions.SubmitError as exc:
@@ -168,7 +171,8 @@ def job_new(request):
                 for warning in submission.warnings:
                     messages.warning(request, warning)
                 if submission.created:
-                    messages.success(request, f"Job {submission.job.name} is queued.")
+                    messages.success(request, f"You submitted job {submission.job.name} to {submission.job.cluster.name}. "
+                                              "Its state below follows the scheduler live.")
                 return redirect("job-detail", pk=submission.job.pk)
     else:
         initial, notices = _initial(request)
@@ -273,7 +277,7 @@ def job_cancel(request, pk: int):
     except PermissionDenied as exc:
         messages.error(request, str(exc))
     else:
-        messages.success(request, f"Cancelling job {job.name}.")
+        messages.success(request, f"You asked to cancel job {job.name}. Its state below follows the scheduler live.")
     return redirect("job-detail", pk=job.pk)
 
 
@@ -286,7 +290,7 @@ def job_group_cancel(request, pk: int):
     except PermissionDenied as exc:
         messages.error(request, str(exc))
     else:
-        messages.success(request, f"Cancelling {len(cancelled)} job(s) of sweep {group.name}.")
+        messages.success(request, f"You asked to cancel {len(cancelled)} job(s) of sweep {group.name}.")
     return redirect("job-group", pk=group.pk)
 
 

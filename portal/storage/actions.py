@@ -104,8 +104,7 @@ def check_declared_size(content_length: str | int | None) -> None:
 
 
 def _too_large_message() -> str:
-    limit = max_upload_bytes()
-    shown = f"{limit / 1024**3:.1f} GiB" if limit >= 1024**3 else f"{limit / 1024**2:.1f} MiB" if limit >= 1024**2 else f"{limit} bytes"
+    shown = quota.size_text(max_upload_bytes(), exact=True)
     return f"the file is larger than the upload limit of {shown}; ask the site admins for another way to bring it in"
 
 

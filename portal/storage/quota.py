@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db.models import Sum
-from django.template.defaultfilters import filesizeformat
 
 from portal.projects.models import Project
 from portal.storage.errors import QuotaExceeded
@@ -43,8 +42,17 @@ def usage(project: Project) -> Usage:
     return Usage(quota_of(project), stored, uploading)
 
 
-def size_text(n: int) -> str:
-    return filesizeformat(n).replace("\xa0", " ") + (f" ({n:,} bytes)" if n >= 1024 else "")
+def size_text(n: int | float, *, exact: bool = False) -> str:
+    """The one unit rule for sizes, on pages (the `size` filter), in messages, in upload.js and the CLI: binary
+    multiples named as such (1.0 GiB is 1,073,741,824 bytes; Django's filesizeformat calls that "1.0 GB").
+    `exact` adds the byte count, for limits a researcher compares a file against."""
+    value, unit = float(n), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            break
+        value /= 1024
+    shown = f"{value:.0f} B" if unit == "B" else f"{value:.1f} {unit}"
+    return shown + (f" ({int(n):,} bytes)" if exact and n >= 1024 else "")
 
 
 def check(project: Project, needed: int, *, freed: int = 0, count_uploading: bool = True) -> None:
@@ -56,10 +64,10 @@ def check(project: Project, needed: int, *, freed: int = 0, count_uploading: boo
     left = current.quota - current.stored - uploading + freed
     if needed <= left:
         return
-    under_way = f" and {size_text(uploading)} in uploads under way" if uploading else ""
+    under_way = f" and {size_text(uploading, exact=True)} in uploads under way" if uploading else ""
     raise QuotaExceeded(
-        f"project {project.slug} has {size_text(max(0, left))} left of its {size_text(current.quota)} storage quota "
-        f"({size_text(current.stored)} in files{under_way}); this file needs {size_text(needed)}. Delete files, or "
+        f"project {project.slug} has {size_text(max(0, left), exact=True)} left of its {size_text(current.quota, exact=True)} storage quota "
+        f"({size_text(current.stored, exact=True)} in files{under_way}); this file needs {size_text(needed, exact=True)}. Delete files, or "
         "ask the site admins for a larger quota",
         field="size",
     )

@@ -25,6 +25,7 @@ from backends.aws_batch_defs import RECONCILER_REASON, TAG_PREFIX, WALLTIME_REAS
 from backends.base import BackendError, TransportError
 from portal.audit.actions import record
 from portal.budgets.actions import NoConversion, convert
+from portal.budgets.display import amount_text
 from portal.clusters.cloud import CLOUD_KIND, last_seen, queues_of, snapshot_key
 from portal.clusters.connect import backend_for
 from portal.clusters.models import Cluster
@@ -129,7 +130,7 @@ def _sighting(cloud_job, job: Job | None, group: JobGroup | None, hardware) -> S
     reporting = ""
     if hardware is not None and burn:
         try:
-            reporting = f"{convert(burn, unit, settings.KAKEHASHI_REPORTING_UNIT):.2f} {settings.KAKEHASHI_REPORTING_UNIT}"
+            reporting = f"{amount_text(convert(burn, unit, settings.KAKEHASHI_REPORTING_UNIT))} {settings.KAKEHASHI_REPORTING_UNIT}"
         except NoConversion:
             reporting = ""
     return Sighting(
@@ -139,7 +140,7 @@ def _sighting(cloud_job, job: Job | None, group: JobGroup | None, hardware) -> S
         project=owner.project.slug if owner is not None else tags.get(f"{TAG_PREFIX}project", "?"),
         user=owner.user.username if owner is not None else tags.get(f"{TAG_PREFIX}user", "?"),
         job_id=job.pk if job is not None else None,
-        burn_per_hour=f"{burn:.2f}", burn_unit=unit, burn_reporting=reporting,
+        burn_per_hour=amount_text(burn), burn_unit=unit, burn_reporting=reporting,
     )
 
 

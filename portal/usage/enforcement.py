@@ -11,6 +11,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from portal.budgets import actions as budgets
+from portal.budgets.display import amount_text
 from portal.budgets.models import Budget, BudgetAlert
 from portal.jobs import transitions
 from portal.jobs.actions import cancel_for_budget
@@ -51,8 +52,8 @@ def enforce(budget: Budget) -> EnforcementReport:
     cancelled: list[int] = []
     if budget.strict and budget.amount > 0 and used >= budget.amount:
         reason = (
-            f"cancelled: project {budget.project.slug} reached its strict budget of {budget.amount:.2f} {budget.unit} "
-            f"(spent {summary.spent:.2f} + running {current_burn:.2f})"
+            f"cancelled by the project's strict budget: {budget.project.slug} reached its {amount_text(budget.amount)} "
+            f"{budget.unit} (spent {amount_text(summary.spent)} + running jobs {amount_text(current_burn)})"
         )
         for job_id in Job.objects.filter(project=budget.project, state__in=ACTIVE_STATES, cancel_requested_at__isnull=True).order_by("pk").values_list("pk", flat=True):
             cancel_for_budget(job_id, reason)
@@ -81,9 +82,9 @@ def send_alerts(budget: Budget, used: Decimal, summary: budgets.BudgetSummary) -
             send_mail(
                 subject=f"[Kakehashi] {budget.project.name}: {threshold}% of the budget used",
                 message=(
-                    f"Project {budget.project.name} ({budget.project.slug}) has used {used:.2f} of {budget.amount:.2f} "
+                    f"Project {budget.project.name} ({budget.project.slug}) has used {amount_text(used)} of {amount_text(budget.amount)} "
                     f"{budget.unit} ({percent:.0f}%) this period, counting running jobs.\n"
-                    f"Reserved by queued and running jobs: {summary.reserved:.2f} {budget.unit}.\n"
+                    f"Reserved by queued and running jobs: {amount_text(summary.reserved)} {budget.unit}.\n"
                     + (f"The budget is {kind}.\n" if kind else "")
                 ),
                 from_email=None,

@@ -49,7 +49,9 @@ def usage_rows(jobs: QuerySet[Job], unit: str | None = None) -> list[UsageRow]:
         row[1] += Decimal(job.elapsed_seconds or 0) * job.nodes / Decimal(3600)
         row[2] += cost
     return [
-        UsageRow(month, project, cluster, hardware, user, n, hours.quantize(Decimal("0.01")), cost.quantize(Decimal("0.01")), u)
+        # Costs stay exact (four decimals, as the ledger keeps them): a CSV's total then equals what the budget says
+        # was spent; pages round them with the one money rule.
+        UsageRow(month, project, cluster, hardware, user, n, hours.quantize(Decimal("0.01")), cost, u)
         for (month, project, cluster, hardware, user, u), (n, hours, cost) in sorted(groups.items())
     ]
 

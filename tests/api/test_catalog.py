@@ -70,7 +70,7 @@ def test_hardware_lists_what_your_projects_may_use_with_its_details(alice_api, m
 def test_hardware_of_a_project_is_priced_in_its_budget_unit_cheapest_first(alice_api, gpu_site):
     answer = alice_api.get("/api/v1/hardware/", {"project": "vision", "gpu_model": "a100", "gpus_per_node": 8}).json()
     assert [h["slug"] for h in answer["results"]] == ["a100-cheap", "a100-dear"]  # 20 points (1 USD) before 30
-    assert answer["results"][0]["price_per_node_hour"] == {"amount": "20.0000", "unit": "points"}
+    assert answer["results"][0]["price_per_node_hour"] == {"amount": "20.0000", "unit": "points", "text": "20.00 points"}
     assert alice_api.get("/api/v1/hardware/", {"project": "nlp"}).status_code == 404
     bad = alice_api.get("/api/v1/hardware/", {"gpus_per_node": "eight"})
     assert bad.status_code == 400 and bad.json()["field"] == "gpus_per_node"
@@ -88,6 +88,7 @@ def test_a_projects_budget(alice_api, local_site):
     assert budget == {
         "project": "vision", "budget": "100.0000", "reserved": "0.0000", "spent": "0.0000", "available": "100.0000",
         "unit": "points", "period": "once", "period_start": budget["period_start"], "strict": True, "used_percent": 0.0,
+        "text": {"budget": "100.00", "reserved": "0.00", "spent": "0.00", "available": "100.00"},
     }
     alice_api.post("/api/v1/jobs/", {"project": "vision", "name": "x", "hardware": "local-cpu", "walltime": "1h",
                                      "script": "true"})

@@ -100,7 +100,7 @@ def test_the_projects_quota_holds_on_the_disk_too(alice_api, local_site):
     assert _upload(alice_api, b"x" * 6, path="a.txt").status_code == 201
     refused = _upload(alice_api, b"y" * 6, path="b.txt")
     assert refused.status_code == 413 and refused.json()["code"] == "quota_exceeded"
-    assert "4 bytes left of its 10 bytes storage quota" in refused.json()["detail"]
+    assert "4 B left of its 10 B storage quota" in refused.json()["detail"]
     # Replacing a file frees its bytes.
     assert _upload(alice_api, b"z" * 9, path="a.txt", overwrite="true").status_code == 200
 

@@ -36,7 +36,7 @@ def test_submit_records_the_job_reserves_its_estimate_and_answers_201(alice_api,
     assert answer["project"] == "vision" and answer["hardware"] == "local-cpu" and answer["nodes"] == 1
     assert answer["walltime"] == "00:10:00" and answer["exit_code"] is None and answer["cost"] is None
     # 10 points per node-hour for 10 minutes.
-    assert answer["estimate"] == {"amount": "1.6667", "unit": "points"}
+    assert answer["estimate"] == {"amount": "1.6667", "unit": "points", "text": "1.67 points"}
     assert answer["script"] == job.rendered_script and answer["script"].startswith("#!")
     assert answer["payload"] == "echo hello\n"
     assert answer["created"] is True and answer["dry_run"] is False
@@ -50,9 +50,10 @@ def test_a_dry_run_renders_and_estimates_but_records_and_reserves_nothing(alice_
     assert response.status_code == 200, response.content
     answer = response.json()
     assert answer["dry_run"] is True and answer["id"] is None and answer["state"] == "draft"
-    assert answer["estimate"] == {"amount": "10.0000", "unit": "points"}
+    assert answer["estimate"] == {"amount": "10.0000", "unit": "points", "text": "10.00 points"}
     assert answer["script"].startswith("#!") and answer["payload"] == "echo hello\n"
-    assert answer["budget"] == {"available": "100.0000", "after": "90.0000", "unit": "points", "fits": True}
+    assert answer["budget"] == {"available": "100.0000", "after": "90.0000", "unit": "points", "fits": True,
+                                "text": {"available": "100.00", "after": "90.00"}}
     _nothing_recorded()
 
 

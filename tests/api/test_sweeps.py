@@ -22,7 +22,7 @@ def test_a_sweep_on_the_local_cluster_is_a_job_per_point_each_reserved(alice_api
     assert answer["array"] is False  # the local backend has no arrays
     assert [job["parameters"] for job in answer["jobs"]] == [{"LR": 0.1}, {"LR": 0.01}, {"LR": 0.001}]
     assert [job["array_index"] for job in answer["jobs"]] == [None, None, None]
-    assert answer["estimate"] == {"amount": "5.0001", "unit": "points"}  # 3 × 1.6667
+    assert answer["estimate"] == {"amount": "5.0001", "unit": "points", "text": "5.00 points"}  # 3 × 1.6667
     assert LedgerEntry.objects.filter(kind="reserve", job__group=group).count() == 3
     assert [j["id"] for j in alice_api.get(f"{SWEEPS}{group.pk}/").json()["jobs"]] == [j["id"] for j in answer["jobs"]]
 

@@ -282,8 +282,8 @@ def test_the_quota_refuses_an_upload_and_says_how_much_is_left(alice_api, local_
     refused = start(alice_api, os.urandom(5 * MiB), path="b.bin")
     assert refused.status_code == 413 and refused.json()["code"] == "quota_exceeded"
     detail = refused.json()["detail"]
-    assert "has 4.0 MB (4,194,304 bytes) left of its 10.0 MB (10,485,760 bytes) storage quota" in detail
-    assert "6.0 MB (6,291,456 bytes) in uploads under way" in detail and "needs 5.0 MB" in detail
+    assert "has 4.0 MiB (4,194,304 bytes) left of its 10.0 MiB (10,485,760 bytes) storage quota" in detail
+    assert "6.0 MiB (6,291,456 bytes) in uploads under way" in detail and "needs 5.0 MiB" in detail
     assert UploadSession.objects.count() == 1 and len(store_uploads(object_store)) == 1
     assert start(alice_api, os.urandom(4 * MiB), path="c.bin").status_code == 201
 
@@ -297,7 +297,7 @@ def test_the_quota_is_checked_again_when_the_upload_completes(alice_api, local_s
     local_site.project.storage_quota_bytes = 4 * MiB  # lowered by the site admins meanwhile
     local_site.project.save()
     refused = complete(alice_api, upload)
-    assert refused.status_code == 413 and "has 4.0 MB (4,194,304 bytes) left of its 4.0 MB" in refused.json()["detail"]
+    assert refused.status_code == 413 and "has 4.0 MiB (4,194,304 bytes) left of its 4.0 MiB" in refused.json()["detail"]
     session = UploadSession.objects.get()
     assert session.state == UploadState.ABORTED and "quota" in session.reason
     assert not StoredFile.objects.exists() and store_uploads(object_store) == []

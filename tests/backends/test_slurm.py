@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from backends.base import ArrayElement, InvalidJobSpec, JobSpec, Launcher, Resources, State
-from backends.slurm import SACCT_FIELDS, SlurmBackend, parse_sacct, slurm_walltime
+from backends.slurm import SACCT_FIELDS, SlurmBackend, parse_sacct, parse_scontrol_exit_codes, slurm_walltime
 from tests.backends.conftest import wait_state
 
 
@@ -81,24 +81,46 @@ def test_walltimes_use_slurms_day_format(seconds, text):
     assert slurm_walltime(seconds) == text
 
 
-def test_sacct_rows_become_records_with_the_right_state_and_exit_code():
-    # Recorded from the test cluster's slurmdbd (SLURM_TIME_FORMAT=%s sacct -X -n -P -o SACCT_FIELDS).
+def test_sacct_rows_become_records_with_the_right_state_exit_code_and_signal():
+    # Recorded from the test cluster's slurmdbd (SLURM_TIME_FORMAT=%s sacct -n -P -o SACCT_FIELDS): allocations
+    # and their batch steps. A cancel or a walltime kill leaves "0:0" on the allocation and the signal on the step.
     rows = "\n".join([
         "41|kh-a|COMPLETED|0:0|1795310000|1795310012|12|1|billing=1,cpu=1,gres/gpu=8,mem=1G,node=1|kkdemo|gpu",
+        "41.batch|batch|COMPLETED|0:0|1795310000|1795310012|12|1|cpu=1,mem=1G,node=1||",
         "42|kh-b|FAILED|3:0|1795310000|1795310001|1|1|billing=1,cpu=1,mem=1G,node=1|kkdemo|gpu",
         "43|kh-c|CANCELLED by 1001|0:0|1795310000|1795310030|30|1|billing=1,cpu=1,mem=1G,node=1|kkdemo|gpu",
+        "43.batch|batch|CANCELLED|0:15|1795310000|1795310030|30|1|cpu=1,mem=1G,node=1||",
         "44|kh-d|TIMEOUT|0:0|1795310000|1795310090|90|1|billing=1,cpu=1,mem=1G,node=1|kkdemo|gpu",
+        "44.batch|batch|CANCELLED|0:15|1795310000|1795310090|90|1|cpu=1,mem=1G,node=1||",
         "45|kh-e|RUNNING|0:0|1795310000|Unknown|5|1|billing=1|kkdemo|gpu",
         "46|kh-f|OUT_OF_MEMORY|0:125|1795310000|1795310004|4|1|billing=1|kkdemo|gpu",
+        "47|kh-g|FAILED|15:0|1795310000|1795310004|4|1|billing=1|kkdemo|gpu",
     ])
-    records = parse_sacct(rows, {"41", "42", "43", "44", "45", "46"})
-    assert {k: (r.state, r.exit_code) for k, r in records.items()} == {
-        "41": (State.COMPLETED, 0), "42": (State.FAILED, 3), "43": (State.CANCELLED, 0),
-        "44": (State.TIMED_OUT, 0), "46": (State.FAILED, 253),
+    records = parse_sacct(rows, {"41", "42", "43", "44", "45", "46", "47"})
+    assert {k: (r.state, r.exit_code, r.signal) for k, r in records.items()} == {
+        "41": (State.COMPLETED, 0, None), "42": (State.FAILED, 3, None), "43": (State.CANCELLED, None, 15),
+        "44": (State.TIMED_OUT, None, 15), "46": (State.FAILED, None, 125), "47": (State.FAILED, 15, None),
     }
     assert records["41"].elapsed_seconds == 12 and records["41"].raw["AllocTRES"].endswith("node=1")
     assert records["41"].started_at.timestamp() == 1795310000
     assert len(SACCT_FIELDS.split(",")) == len(rows.splitlines()[0].split("|"))
+
+
+def test_slurmctlds_exit_code_wins_over_slurmdbds_which_drops_the_top_bit():
+    # scontrol -o show job of a script that ran `exit 143` (sacct says 15:0), and of an array element.
+    lines = "\n".join([
+        "JobId=47 JobName=kh-g UserId=alice(1001) JobState=FAILED Reason=NonZeroExitCode ExitCode=143:0 RunTime=00:00:04",
+        "JobId=60 ArrayJobId=58 ArrayTaskId=2 JobName=kh-h JobState=CANCELLED ExitCode=0:15",
+    ])
+    controller = parse_scontrol_exit_codes(lines)
+    assert controller == {"47": (143, 0), "60": (0, 15), "58_2": (0, 15)}
+    rows = "\n".join([
+        "47|kh-g|FAILED|15:0|1795310000|1795310004|4|1|billing=1|kkdemo|gpu",
+        "58_2|kh-h|CANCELLED by 1001|0:0|1795310000|1795310004|4|1|billing=1|kkdemo|gpu",
+    ])
+    records = parse_sacct(rows, {"47", "58_2"}, controller=controller)
+    assert (records["47"].exit_code, records["47"].signal) == (143, None)
+    assert (records["58_2"].exit_code, records["58_2"].signal) == (None, 15)
 
 
 @pytest.mark.cluster

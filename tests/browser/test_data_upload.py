@@ -71,7 +71,7 @@ def test_files_and_a_folder_upload_straight_to_the_store_with_progress_and_are_l
         expect(row).to_contain_text(hashlib.sha256(content).hexdigest()[:12])
         stored = StoredFile.objects.get(path=path)
         assert stored.size == len(content) and stored.sha256 == hashlib.sha256(content).hexdigest()
-    expect(_row(page, "datasets/weights.bin")).to_contain_text("23.0 MB")
+    expect(_row(page, "datasets/weights.bin")).to_contain_text("23.0 MiB")
     assert len(puts) == 5 + 1 + 1  # weights in five 5 MiB parts, one part each for the small files
     shots(page, "uploaded")
     assert_no_violations(page, "the Data page after an upload")
@@ -142,7 +142,7 @@ def test_a_refusal_is_shown_next_to_the_file(page, live_server, local_site, tmp_
     page.goto(live_server.url + "/data/")
     page.get_by_label("Files", exact=True).set_input_files(str(big))
     page.get_by_role("button", name="Upload").click()
-    expect(page.locator("#upload-list li[data-state=error]")).to_contain_text("left of its 1.0 MB")
+    expect(page.locator("#upload-list li[data-state=error]")).to_contain_text("left of its 1.0 MiB")
     expect(page.locator("#upload-status")).to_contain_text("1 of 1 file(s) not uploaded")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
+from django.test import Client
 from django.urls import reverse
 
 from portal.catalog.models import HardwareType, Preset, Software
@@ -43,6 +44,25 @@ def test_run_on_8_a100_picks_the_cheapest_matching_hardware_and_lists_the_others
     assert choice.best == cheap and choice.options == [cheap, dear]
     two_nodes = Preset.objects.create(slug="2x8-t", label="2 nodes × 8 GPUs", gpus_per_node=8, nodes=3)
     assert resolve_preset(two_nodes, local_site.project).options == [dear]  # only alpha allows 3 nodes
+
+
+def test_a_quick_choice_says_where_it_runs_and_offers_every_cluster_that_matches(client, local_site, gpu_clusters):
+    from portal.catalog.defaults import ensure_default_presets
+
+    dear, cheap = gpu_clusters
+    ensure_default_presets()
+    client.force_login(local_site.alice)
+    html = client.get(reverse("job-presets"), {"project": local_site.project.pk}).content.decode()
+    assert "on Beta · 3.00 points/node-h · cheapest of 2" in html
+    # The dearer place is offered too, as a choice that fills the form with it (static/kakehashi.js, button.preset).
+    assert (f'data-hardware="{dear.pk}" data-nodes="1" data-preset="8x-a100">or on Alpha (A100 node) · 5.00 '
+            "points/node-h</button>") in html
+    from portal.api.tokens import issue_token
+
+    token = issue_token(local_site.alice, name="presets", scopes=["read"])[1]
+    presets = Client().get("/api/v1/presets/", {"project": "vision"}, HTTP_AUTHORIZATION=f"Bearer {token}").json()
+    answer = next(p for p in presets if p["slug"] == "8x-a100")
+    assert answer["options"] == [cheap.slug, dear.slug] and answer["clusters"] == ["beta", "alpha"]
 
 
 def test_a_project_sees_only_the_hardware_and_software_it_is_granted(local_site, gpu_clusters):

@@ -69,7 +69,7 @@ def test_a_failing_script_ends_failed_with_its_exit_code(client, local_site, liv
     assert job.state == JobState.FAILED
     assert job.exit_code == 3
     status = client.get(reverse("job-status", args=[job.pk])).content.decode()
-    assert 'id="exit-code">3<' in status
+    assert 'id="job-exit">exit code 3<' in status
 
 
 def test_cancelling_a_running_job_stops_it_and_says_cancelled(client, local_site, live_worker):

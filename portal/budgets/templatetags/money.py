@@ -1,20 +1,12 @@
-"""{{ amount|money }}: two decimals, but a small non-zero cost is not shown as 0.00 (seconds of a cheap node)."""
-
-from decimal import Decimal, InvalidOperation
+"""{{ amount|money }}: portal.budgets.display.amount_text, the one rule for showing money everywhere."""
 
 from django import template
+
+from portal.budgets.display import amount_text
 
 register = template.Library()
 
 
 @register.filter
 def money(value) -> str:
-    if value is None or value == "":
-        return ""
-    try:
-        amount = Decimal(value)
-    except (InvalidOperation, TypeError, ValueError):
-        return str(value)
-    if amount != 0 and abs(amount) < Decimal("0.01"):
-        return f"{amount:.4f}".rstrip("0")
-    return f"{amount:,.2f}"
+    return amount_text(value)

@@ -35,8 +35,8 @@ def request_cancel(job: Job, user) -> Job:
     scheduler. Asking again for a job not ended asks the scheduler again."""
     if not may_cancel(user, job):
         raise PermissionDenied("only the job's owner or a project admin can cancel it")
-    return _cancel(job.pk, actor=user, audit="job.cancel", again=True,
-                   queued_reason=f"cancelled by {user} before submission", reason=f"cancel requested by {user}")
+    return _cancel(job.pk, actor=user, audit="job.cancel", again=True, queued_reason=f"cancelled by {user} before submission",
+                   reason=f"cancel requested by {user}", cause=f"cancelled by {user}")
 
 
 def request_cancel_sweep(group: JobGroup, user) -> list[Job]:
@@ -54,12 +54,14 @@ def request_cancel_sweep(group: JobGroup, user) -> list[Job]:
 def cancel_for_budget(job_id: int, reason: str) -> None:
     """Strict budget exhausted: cancel like a person would, with the reason on record (once)."""
     try:
-        _cancel(job_id, actor=None, audit="job.cancel_budget", again=False, queued_reason=reason, reason=reason)
+        _cancel(job_id, actor=None, audit="job.cancel_budget", again=False, queued_reason=reason, reason=reason,
+                cause=reason)
     except CancelError:
         return  # it ended meanwhile
 
 
-def _cancel(job_id: int, *, actor, audit: str, again: bool, queued_reason: str, reason: str) -> Job:
+def _cancel(job_id: int, *, actor, audit: str, again: bool, queued_reason: str, reason: str, cause: str) -> Job:
+    """`reason` goes on the history now; `cause` is what the job will say once it has ended (the first cancel's)."""
     with transaction.atomic():
         job = locks.job(job_id)
         if job.state in FINAL_STATES:
@@ -70,10 +72,10 @@ def _cancel(job_id: int, *, actor, audit: str, again: bool, queued_reason: str, 
         now = timezone.now()
         if job.state == JobState.QUEUED:
             transitions.transition(job, JobState.CANCELLED, reason=queued_reason, actor=actor,
-                                   cancel_requested_at=now, ended_at=now)
+                                   cancel_requested_at=now, cancel_reason=queued_reason, ended_at=now)
             return job
         if job.cancel_requested_at is None:
-            transitions.note(job, reason, actor=actor, cancel_requested_at=now)
+            transitions.note(job, reason, actor=actor, cancel_requested_at=now, cancel_reason=cause)
         if job.scheduler_id:
             enqueue_on_commit(CANCEL_JOB, job.pk)
     return job

@@ -14,6 +14,7 @@ from django.db import IntegrityError, transaction
 
 from portal.audit.actions import record
 from portal.budgets import actions as budgets
+from portal.budgets.display import amount_text
 from portal.budgets.queries import budget_of, budget_summary
 from portal.clusters.connect import NoClusterAccount, account_for, job_dir, renderer_for
 from portal.enqueue import DISPATCH_JOB, enqueue_on_commit
@@ -137,5 +138,5 @@ def _budget_warnings(project: Project) -> list[str]:
     if summary is None or summary.strict:  # a strict budget refuses instead of warning
         return []
     if summary.available < 0:
-        return [f"project {project.slug} is over its (soft) budget by {-summary.available:.2f} {summary.unit}"]
+        return [f"project {project.slug} is over its (soft) budget by {amount_text(-summary.available)} {summary.unit}"]
     return []

@@ -32,9 +32,13 @@ class Command(BaseCommand):
         if created:
             admin.set_password(ADMIN_PASSWORD)
             admin.save()
+        # No word on where jobs run: `make cluster-up` adds the test clusters to this project, and the project
+        # page's Clusters card lists every place its jobs may run.
         project, _ = Project.objects.get_or_create(
-            slug="demo", defaults={"name": "Demo project", "description": "Try Kakehashi here: jobs run on this machine."}
+            slug="demo", defaults={"name": "Demo project", "description": "Try Kakehashi here."}
         )
+        if project.description == "Try Kakehashi here: jobs run on this machine.":  # an older demo's words
+            Project.objects.filter(pk=project.pk).update(description="Try Kakehashi here.")
         Membership.objects.get_or_create(user=demo, project=project, defaults={"role": Role.OWNER})
         Budget.objects.get_or_create(
             project=project,
