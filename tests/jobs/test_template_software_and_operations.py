@@ -79,3 +79,20 @@ def test_the_service_account_command_refuses_a_research_project(local_site):
     with pytest.raises(CommandError, match="project vision is a research project"):
         call_command("service_account", "login", "ops", "--project", "vision")
     assert not ClusterAccount.objects.exists()
+
+
+def test_a_clone_whose_software_is_no_longer_offered_says_why_software_is_empty(client, local_site):
+    from django.urls import reverse
+
+    software = Software.objects.create(slug="old-env", name="Old env", kind="modules", modules=["old/1"])
+    software.clusters.add(local_site.cluster)
+    job = actions.submit_job(local_site.alice, actions.JobRequest(
+        project=local_site.project, name="before", script="true", hardware=local_site.hardware,
+        software=software)).job
+    client.force_login(local_site.alice)
+    page = client.get(reverse("job-new"), {"clone": job.pk}).content.decode()
+    assert "Software is empty" not in page
+    software.projects.add(local_site.other)  # now only for the other project
+    page = client.get(reverse("job-new"), {"clone": job.pk}).content.decode()
+    assert ("Software is empty: Old env is no longer offered to project vision on This machine. "
+            "Choose other software.") in page
