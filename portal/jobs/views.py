@@ -131,6 +131,11 @@ def _initial(request) -> tuple[dict, list[str]]:
                 if why:
                     initial["hardware"] = None
                     notices.append(f"Hardware is empty: {why}. Choose other hardware.")
+            if source.software is not None and not catalog.software_for_projects([source.project]).filter(
+                    pk=source.software.pk, clusters=source.cluster).exists():
+                initial["software"] = None
+                notices.append(f"Software is empty: {source.software.name} is no longer offered to project "
+                               f"{source.project.slug} on {source.cluster.name}. Choose other software.")
     if template := job_templates.get(request.GET.get("template", "")):
         initial.update(template=template.slug, script=template.script, launcher=template.launcher,
                        name=initial.get("name") or template.slug)

@@ -193,7 +193,7 @@ def test_clone_after_the_cluster_was_revoked_says_why_the_hardware_is_empty(page
     log_in(page, live_server.url, "alice", next_path=f"/jobs/{job.pk}/")
     page.get_by_role("link", name="Clone & edit").click()
     expect(job_form_field(page, "Hardware")).to_have_value("")
-    expect(page.locator("#clone-notice")).to_have_text(
+    expect(page.locator("[data-notice=clone]")).to_have_text(
         "Hardware is empty: project vision no longer has access to Other cluster, where Other CPU is. "
         "Choose other hardware.")
     expect(job_form_field(page, "Name")).to_have_value("before")
