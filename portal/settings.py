@@ -293,7 +293,8 @@ if CELERY_BROKER_URL == "filesystem://":
         "processed_folder": str(_broker_dir / "processed"),
         "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
-        "polling_interval": 0.5,
+        # How often an idle worker lists the folder; it also paces a busy one (2 messages in flight per poll).
+        "polling_interval": 0.1,
     }
 else:
     # A task whose worker died is redelivered after this many seconds; our own recovery sweep is faster.
