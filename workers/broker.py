@@ -5,8 +5,10 @@ folder can take a half-written file and die with `Unrecoverable error: JSONDecod
 
 - a message is written to a temporary name in `tmp/` on the same file system, flushed to disk, then renamed
   into place with os.replace: a consumer sees the whole message or none of it;
-- a consumer claims a message by renaming it into `processed/` (same file system: exactly one consumer wins the
-  rename), instead of `shutil.move` into the system temp folder, which copies across file systems;
+- a consumer claims a message by renaming it into `processed/<its pid>-<its start time>/` (same file system:
+  exactly one consumer wins the rename), instead of `shutil.move` into the system temp folder, which copies across
+  file systems; the file stays there until the message is acknowledged, so the messages of a consumer killed
+  outright (kill -9) are put back in the queue by the next consumer (kombu's own keeps them only in memory);
 - a file that still cannot be decoded (one left by the old transport, a disk that filled up) is moved to `bad/`
   and logged, never raised: one bad file must not stop the worker, and it is kept for whoever looks;
 - an exchange's table of bound queues is rewritten whole (temp name + os.replace) under one lock file, so a
@@ -35,6 +37,36 @@ from kombu.utils.json import dumps, loads
 from kombu.utils.objects import cached_property
 
 logger = logging.getLogger(__name__)
+ORPHAN_CHECK_SECONDS = 5.0
+
+
+def process_token(pid: int) -> str:
+    """`pid-starttime`: names one process, not whichever later process is given the same pid."""
+    return f"{pid}-{_start_time(pid)}"
+
+
+def _start_time(pid: int) -> str:
+    """Field 22 of /proc/PID/stat ("" for a zombie, which consumes nothing any more; "0" off Linux)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()  # after the command's name
+    except FileNotFoundError:
+        return "" if Path("/proc/self/stat").exists() else "0"
+    except OSError:
+        return "0"
+    return "" if fields[0] == "Z" else fields[19]
+
+
+def process_alive(token: str) -> bool:
+    pid, _, started = token.partition("-")
+    if not pid.isdigit():
+        return True  # not a consumer's folder: leave it alone
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return _start_time(int(pid)) == started
 
 
 def write_atomically(path: Path | str, data: bytes, tmp_dir: Path | str) -> None:
@@ -64,11 +96,26 @@ class Channel(filesystem.Channel):
         return folder
 
     @cached_property
-    def claim_folder(self) -> Path:
-        # processed/ sits in the broker folder, on the file system the messages are on: a rename there is atomic.
+    def processed_root(self) -> Path:
+        # In the broker folder, on the file system the messages are on: a rename there is atomic.
         folder = Path(self.transport_options.get("processed_folder") or Path(self.data_folder_in) / "processed")
         folder.mkdir(parents=True, exist_ok=True)
         return folder
+
+    @cached_property
+    def claim_folder(self) -> Path:
+        """Where this consumer keeps the messages it has taken and not yet acknowledged."""
+        folder = self.processed_root / process_token(os.getpid())
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    @cached_property
+    def _claims(self) -> dict[str, Path]:
+        return {}  # delivery tag -> the claimed file
+
+    @cached_property
+    def _noack_queues(self) -> set[str]:
+        return set()
 
     @cached_property
     def bad_folder(self) -> Path:
@@ -91,6 +138,7 @@ class Channel(filesystem.Channel):
         return sorted(n for n in os.listdir(self.data_folder_in) if n.partition(".")[2] == wanted)
 
     def _get(self, queue):
+        self._return_orphans()
         for name in self._messages(queue):
             claimed = self.claim_folder / name
             try:
@@ -98,15 +146,76 @@ class Channel(filesystem.Channel):
             except FileNotFoundError:
                 continue  # another consumer claimed it first
             try:
-                payload = claimed.read_bytes()
-                message = loads(bytes_to_str(payload))
-            except (OSError, ValueError, UnicodeDecodeError) as exc:
+                message = loads(bytes_to_str(claimed.read_bytes()))
+                tag = message["properties"]["delivery_tag"]
+            except (OSError, ValueError, UnicodeDecodeError, KeyError, TypeError) as exc:
                 self._set_aside(claimed, exc)
                 continue
-            if not self.store_processed:
-                claimed.unlink(missing_ok=True)
+            self._claims[tag] = claimed
+            if queue in self._noack_queues:
+                self._release(tag)  # nobody will acknowledge it
             return message
         raise Empty()
+
+    def _release(self, delivery_tag: str) -> None:
+        """The message is done with (acknowledged, rejected, or back in the queue): its claimed file goes."""
+        claimed = self._claims.pop(delivery_tag, None)
+        if claimed is None:
+            return
+        if self.store_processed:
+            os.replace(claimed, self.processed_root / claimed.name)
+        else:
+            claimed.unlink(missing_ok=True)
+
+    _orphans_checked = 0.0
+
+    def _return_orphans(self) -> None:
+        """Put back in the queue what consumers that died (kill -9) had taken and not acknowledged."""
+        if monotonic() - self._orphans_checked < ORPHAN_CHECK_SECONDS:
+            return
+        self._orphans_checked = monotonic()
+        own = self.claim_folder.name
+        for folder in self.processed_root.iterdir():
+            if not folder.is_dir() or folder.name == own or process_alive(folder.name):
+                continue
+            returned = 0
+            for claimed in sorted(folder.iterdir()):
+                try:
+                    os.rename(claimed, os.path.join(self.data_folder_in, claimed.name))
+                    returned += 1
+                except FileNotFoundError:
+                    pass  # another consumer returned it
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
+            if returned:
+                logger.warning("Broker: %d message(s) taken by consumer %s, which died, are back in the queue",
+                               returned, folder.name)
+
+    def basic_consume(self, queue, no_ack, callback, consumer_tag, **kwargs):
+        if no_ack:
+            self._noack_queues.add(queue)
+        return super().basic_consume(queue, no_ack, callback, consumer_tag, **kwargs)
+
+    def basic_get(self, queue, no_ack=False, **kwargs):
+        message = super().basic_get(queue, no_ack=no_ack, **kwargs)
+        if message is not None and no_ack:
+            self._release(message.delivery_tag)
+        return message
+
+    def basic_ack(self, delivery_tag, multiple=False):
+        super().basic_ack(delivery_tag, multiple)
+        self._release(delivery_tag)
+
+    def basic_reject(self, delivery_tag, requeue=False):
+        super().basic_reject(delivery_tag, requeue)  # with requeue, _restore has put a copy back first
+        self._release(delivery_tag)
+
+    def _restore(self, message):
+        # A warm shutdown gives back what was taken and not started; the copy is in the queue, the claim goes.
+        super()._restore(message)
+        self._release(message.delivery_tag)
 
     def _set_aside(self, path: Path, exc: Exception) -> None:
         target = self.bad_folder / path.name

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
+import time
 from pathlib import Path
 
 from kombu import Connection, Exchange, Queue
@@ -28,6 +30,11 @@ def _connection(folder: Path, transport=Transport) -> Connection:
 
 
 QUEUE = Queue("kakehashi", Exchange("kakehashi", type="direct"), routing_key="kakehashi")
+
+
+def _queue(name: str) -> Queue:
+    # One queue per test: kombu remembers declared bindings per process, while each test has a new folder.
+    return Queue(name, Exchange(name, type="direct"), routing_key=name)
 
 
 def _publish(folder: str, who: int) -> None:
@@ -64,8 +71,7 @@ def test_a_worker_reading_while_three_processes_publish_gets_every_message_once_
 
 
 def test_a_message_that_cannot_be_read_is_set_aside_and_the_next_one_is_delivered(tmp_path):
-    # A queue of its own: kombu remembers bindings per process, and the folder is new.
-    queue_ = Queue("torn", Exchange("torn", type="direct"), routing_key="torn")
+    queue_ = _queue("torn")
     with _connection(tmp_path) as conn:
         queue_(conn.default_channel).declare()
         # What kombu's own transport could leave behind: a message cut off mid-write.
@@ -77,3 +83,35 @@ def test_a_message_that_cannot_be_read_is_set_aside_and_the_next_one_is_delivere
             assert message.payload == {"n": 1}
             message.ack()
     assert (tmp_path / "bad" / "000000000000001_torn.torn.msg").read_text() == '{"body": "eyJh'
+
+
+def _take_one_and_hang(folder: str, taken) -> None:
+    with _connection(Path(folder)) as conn, conn.SimpleQueue(_queue("killed")) as queue:
+        message = queue.get(timeout=30)
+        taken.put(message.payload["n"])
+        time.sleep(600)  # killed here, the message neither acknowledged nor given back
+
+
+def test_a_message_taken_by_a_worker_killed_outright_is_delivered_to_the_next_one(tmp_path):
+    queue_ = _queue("killed")
+    with _connection(tmp_path) as conn:
+        queue_(conn.default_channel).declare()
+        with conn.Producer() as producer:
+            for n in (1, 2):
+                producer.publish({"n": n}, exchange=queue_.exchange, routing_key="killed", serializer="json")
+    ctx = multiprocessing.get_context("spawn")
+    taken = ctx.Queue()
+    doomed = ctx.Process(target=_take_one_and_hang, args=(str(tmp_path), taken))
+    doomed.start()
+    assert taken.get(timeout=60) == 1
+    os.kill(doomed.pid, signal.SIGKILL)
+    doomed.join(timeout=30)
+
+    received = []
+    with _connection(tmp_path) as conn, conn.SimpleQueue(queue_) as queue:
+        for _ in range(2):
+            message = queue.get(timeout=30)
+            received.append(message.payload["n"])
+            message.ack()
+    assert sorted(received) == [1, 2]
+    assert [p for p in (tmp_path / "processed").rglob("*") if p.is_file()] == []
