@@ -311,3 +311,15 @@ def test_make_run_on_a_taken_port_says_so_and_exits_2(tmp_path):
                               text=True, timeout=60)
     assert done.returncode == 2
     assert f"127.0.0.1:{port} is in use by another program" in done.stderr
+
+
+def test_killing_make_run_outright_still_stops_its_children_and_frees_the_port(make_run):
+    stack = make_run()
+    children = _children(stack.proc.pid)
+    os.kill(stack.proc.pid, signal.SIGKILL)
+    stack.proc.wait(timeout=10)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(_alive(pid) for pid in children):
+        time.sleep(0.2)
+    assert not {pid: command for pid, command in children.items() if _alive(pid)}
+    assert _port_free(stack.port)
