@@ -25,9 +25,8 @@ venv: $(VENV)/.runtime
 dev-venv: $(VENV)/.dev
 
 ## run: the portal on http://127.0.0.1:8000 with a Celery worker — SQLite, a file-system broker, local backend
+## (the launcher migrates, creates the demo data, and supervises the three: README "make run")
 run: venv
-	$(BIN)/python manage.py migrate --noinput -v0
-	$(BIN)/python manage.py setup_demo
 	$(BIN)/python -m portal.devserver
 
 ## test: everything the tests need (apt packages too), the loopback test cluster, then the whole suite

@@ -141,6 +141,18 @@ DATABASES = {
         conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 0),
     )
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # `make run` has a web server and a worker (and its pool) writing to one file (docs/decisions/0015):
+    # - WAL: readers never wait for the writer, and the writer never waits for readers;
+    # - IMMEDIATE: a transaction takes the write lock when it begins and waits for it (the timeout) there;
+    #   a deferred one that reads first and writes later cannot wait, SQLite refuses it at once with
+    #   "database is locked";
+    # - synchronous=NORMAL is safe with WAL (a power cut may lose the last commits, never corrupt the file).
+    DATABASES["default"].setdefault("OPTIONS", {}).update({
+        "transaction_mode": "IMMEDIATE",
+        "timeout": env_int("KAKEHASHI_SQLITE_TIMEOUT", 30),
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
+    })
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_str("REDIS_URL")
@@ -268,10 +280,12 @@ MEDIA_ROOT = Path(env_str("KAKEHASHI_MEDIA_ROOT", str(VAR_DIR / "media")))
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "kakehashi@localhost")
 
-# Celery. With no broker configured the development profile uses kombu's file-system transport, which needs
+# Celery. With no broker configured the development profile uses the file-system transport, which needs
 # no server; production sets CELERY_BROKER_URL=redis://...
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL == "filesystem://":
+    # kombu's transport with whole-file writes, so a worker never reads a half-written message (issue 12).
+    CELERY_BROKER_TRANSPORT = "workers.broker:Transport"
     _broker_dir = VAR_DIR / "broker"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir),
@@ -279,7 +293,8 @@ if CELERY_BROKER_URL == "filesystem://":
         "processed_folder": str(_broker_dir / "processed"),
         "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
-        "polling_interval": 0.5,
+        # How often an idle worker lists the folder; it also paces a busy one (2 messages in flight per poll).
+        "polling_interval": 0.1,
     }
 else:
     # A task whose worker died is redelivered after this many seconds; our own recovery sweep is faster.

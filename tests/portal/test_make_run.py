@@ -1,0 +1,325 @@
+"""`make run`'s stack survives a busy session and stops however it is stopped (issues 12 and 16).
+
+Each test starts the launcher itself (`python -m portal.devserver`, what `make run` runs) in a temporary var
+directory on a free port, with the embedded defaults: SQLite, the file-system broker, the local backend.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.seaweedfs import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+FINAL = {"completed", "failed", "cancelled", "timed_out", "lost"}
+
+
+def _embedded_env(var: Path, port: int, **overrides: str) -> dict[str, str]:
+    """The environment of a developer's shell: none of the test suite's PostgreSQL, Redis or S3 settings."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("KAKEHASHI_", "CELERY_", "DATABASE_", "REDIS_", "DJANGO_", "CACHE_"))}
+    env.update({
+        "KAKEHASHI_VAR_DIR": str(var),
+        "KAKEHASHI_ADDRESS": f"127.0.0.1:{port}",
+        # A dispatch whose message died with a killed worker is sent again after this long (a local submit
+        # takes well under a second: its lease need not cover an SSH timeout).
+        "KAKEHASHI_RECOVER_INTERVAL": "10",
+        "KAKEHASHI_STALE_DISPATCH_SECONDS": "20",
+        "KAKEHASHI_DISPATCH_LEASE_SECONDS": "15",
+        "KAKEHASHI_API_RATE": "100000/min",
+        "PYTHONUNBUFFERED": "1",
+        **overrides,
+    })
+    return env
+
+
+def _children(pid: int) -> dict[int, str]:
+    """Every live descendant of `pid` (pid -> command line), read from /proc."""
+    parents: dict[int, int] = {}
+    commands: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            commands[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        fields = stat.rpartition(")")[2].split()
+        if fields[0] != "Z":
+            parents[int(entry.name)] = int(fields[1])
+    found: dict[int, str] = {}
+    frontier = [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child, ppid in parents.items():
+            if ppid == parent and child not in found:
+                found[child] = commands.get(child, "")
+                frontier.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+class Stack:
+    """One `make run`: the launcher in its own process group, its output in a file."""
+
+    def __init__(self, var: Path, **env: str) -> None:
+        self.var = var
+        self.port = free_port()
+        self.env = _embedded_env(var, self.port, **env)
+        self.log_path = var / "make-run.log"
+        self.base = f"http://127.0.0.1:{self.port}"
+        var.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("wb")
+        self.proc = subprocess.Popen([sys.executable, "-m", "portal.devserver"], cwd=ROOT, env=self.env,
+                                     stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"make run exited {self.proc.returncode}:\n{self.log()[-3000:]}"
+            try:
+                if requests.get(f"{self.base}/healthz", timeout=2).status_code == 200 and self.worker_pid():
+                    if "ready." in self.log():
+                        return
+            except requests.RequestException:
+                pass
+            time.sleep(0.5)
+        raise AssertionError(f"make run not ready in {timeout} s:\n{self.log()[-3000:]}")
+
+    def worker_pid(self) -> int | None:
+        for pid, command in _children(self.proc.pid).items():
+            if re.search(r"celery -A workers worker", command) and self._parent(pid) == self.proc.pid:
+                return pid
+        return None
+
+    @staticmethod
+    def _parent(pid: int) -> int:
+        try:
+            return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+        except OSError:
+            return -1
+
+    def token(self) -> str:
+        done = subprocess.run([sys.executable, "manage.py", "issue_token", "demo", "--scope", "submit",
+                               "--scope", "read"], cwd=ROOT, env=self.env, capture_output=True, text=True, check=True)
+        return done.stdout.strip()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        # Whatever the launcher left (the tests below look for leftovers themselves) is not left for others.
+        for pid in _children(self.proc.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self._log.close()
+
+
+@pytest.fixture
+def make_run(tmp_path):
+    stacks: list[Stack] = []
+
+    def start(**env: str) -> Stack:
+        stack = Stack(tmp_path / f"var{len(stacks)}", **env)
+        stacks.append(stack)
+        stack.wait_ready()
+        return stack
+
+    yield start
+    for stack in stacks:
+        stack.close()
+
+
+def _job_body(n: int) -> dict:
+    return {"project": "demo", "name": f"busy-{n}", "hardware": "local-cpu", "nodes": 1, "walltime": "00:05:00",
+            "script": f"echo job {n}\nsleep 1\n"}
+
+
+def test_two_minutes_of_concurrent_submits_with_the_worker_killed_midway_end_every_job_and_never_lock_the_database(
+    make_run,
+):
+    stack = make_run()
+    token = stack.token()
+    headers = {"Authorization": f"Bearer {token}"}
+    submitted: list[int] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+    stop_at = time.monotonic() + 75
+
+    def researcher(who: int) -> None:
+        # Submits, then clicks around as a person watching would: the job, the list.
+        session = requests.Session()
+        session.headers.update(headers)
+        n = 0
+        while time.monotonic() < stop_at:
+            n += 1
+            try:
+                response = session.post(f"{stack.base}/api/v1/jobs/", json=_job_body(who * 1000 + n), timeout=60)
+                if response.status_code != 201:
+                    errors.append(f"submit {response.status_code}: {response.text[:300]}")
+                    continue
+                job_id = response.json()["id"]
+                with lock:
+                    submitted.append(job_id)
+                for url in (f"/api/v1/jobs/{job_id}/", "/api/v1/jobs/?limit=20"):
+                    got = session.get(f"{stack.base}{url}", timeout=60)
+                    if got.status_code != 200:
+                        errors.append(f"GET {url} {got.status_code}: {got.text[:300]}")
+            except requests.RequestException as exc:
+                errors.append(f"request failed: {exc}")
+            time.sleep(1)
+
+    threads = [threading.Thread(target=researcher, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+
+    # Halfway, the worker dies the hardest way: the launcher starts another and jobs go on completing.
+    time.sleep(35)
+    killed = stack.worker_pid()
+    assert killed
+    with lock:
+        before_kill = len(submitted)
+    os.kill(killed, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (stack.worker_pid() in (None, killed)):
+        time.sleep(0.5)
+    assert stack.worker_pid() not in (None, killed), stack.log()[-3000:]
+
+    for thread in threads:
+        thread.join()
+    assert not errors, errors[:5]
+    assert before_kill >= 20 and len(submitted) > before_kill + 20, (before_kill, len(submitted))
+    submits_ended = time.monotonic()
+
+    session = requests.Session()
+    session.headers.update(headers)
+    states: dict[int, str] = {}
+    deadline = time.monotonic() + 75
+    while time.monotonic() < deadline:
+        for job_id in submitted:
+            if states.get(job_id) not in FINAL:
+                states[job_id] = session.get(f"{stack.base}/api/v1/jobs/{job_id}/", timeout=30).json()["state"]
+        if all(state in FINAL for state in states.values()):
+            break
+        time.sleep(2)
+    unfinished = {j: s for j, s in states.items() if s not in FINAL}
+    assert not unfinished, f"{len(unfinished)} of {len(submitted)} jobs never ended: {list(unfinished.items())[:10]}"
+    assert set(states.values()) == {"completed"}, {s: list(states.values()).count(s) for s in set(states.values())}
+
+    log = stack.log()
+    assert "the worker killed by SIGKILL: restarting it" in log
+    # Nothing failed anywhere: no request, no task (Celery logs a failed task as "raised unexpected").
+    trouble = {what: log.count(what) for what in ("database is locked", "JSONDecodeError", "Unrecoverable error",
+                                                  "raised unexpected", "Traceback")}
+    assert not any(trouble.values()), trouble
+    assert stack.proc.poll() is None
+    print(f"{len(submitted)} jobs submitted by 4 researchers in 75 s, all completed "
+          f"{time.monotonic() - submits_ended:.0f} s after the last submit; the worker was killed after {before_kill}")
+
+
+STOPS = {
+    "sigint-as-ctrl-c-sends-it-to-the-group": (signal.SIGINT, True),
+    "sigterm-to-the-launcher": (signal.SIGTERM, False),
+    "sigterm-to-the-whole-group": (signal.SIGTERM, True),
+    "sighup-to-the-launcher": (signal.SIGHUP, False),
+}
+
+
+@pytest.mark.parametrize("how", list(STOPS))
+def test_make_run_stops_every_child_and_frees_the_port_however_it_is_stopped(make_run, how):
+    signum, to_group = STOPS[how]
+    stack = make_run()
+    children = _children(stack.proc.pid)
+    assert any("runserver" in c for c in children.values())
+    assert any("worker" in c for c in children.values()) and any(" beat " in c for c in children.values())
+    assert not _port_free(stack.port)
+
+    started = time.monotonic()
+    if to_group:
+        os.killpg(stack.proc.pid, signum)
+    else:
+        os.kill(stack.proc.pid, signum)
+    returncode = stack.proc.wait(timeout=30)
+    took = time.monotonic() - started
+
+    left = {pid: command for pid, command in children.items() if _alive(pid)}
+    assert not left, f"left running after {how}: {left}"
+    assert _port_free(stack.port)
+    assert returncode == 128 + signum
+    assert f"{signal.Signals(signum).name} received: stopping" in stack.log()
+    assert took < 15, f"stopping took {took:.1f} s"
+    print(f"{how}: everything stopped in {took:.1f} s, exit status {returncode}")
+
+
+def test_a_worker_that_keeps_dying_stops_make_run_with_an_error_saying_so(make_run):
+    stack = make_run(KAKEHASHI_RESTART_LIMIT="1")
+    for _ in range(2):
+        pid = stack.worker_pid()
+        assert pid
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and stack.worker_pid() in (pid, None) and stack.proc.poll() is None:
+            time.sleep(0.3)
+    assert stack.proc.wait(timeout=30) == 1
+    log = stack.log()
+    assert "the worker killed by SIGKILL: restarting it" in log
+    assert "the worker killed by SIGKILL again, after 1 restarts in 300 s: stopping everything" in log
+    assert _port_free(stack.port)
+
+
+def test_make_run_on_a_taken_port_says_so_and_exits_2(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = _embedded_env(tmp_path, port)
+        done = subprocess.run([sys.executable, "-m", "portal.devserver"], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=60)
+    assert done.returncode == 2
+    assert f"127.0.0.1:{port} is in use by another program" in done.stderr
+
+
+def test_killing_make_run_outright_still_stops_its_children_and_frees_the_port(make_run):
+    stack = make_run()
+    children = _children(stack.proc.pid)
+    os.kill(stack.proc.pid, signal.SIGKILL)
+    stack.proc.wait(timeout=10)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(_alive(pid) for pid in children):
+        time.sleep(0.2)
+    assert not {pid: command for pid, command in children.items() if _alive(pid)}
+    assert _port_free(stack.port)
