@@ -18,7 +18,7 @@ from portal.jobs.models import Job, JobGroup, JobState
 from portal.jobs.outputs import request_output_refresh
 from portal.jobs.queries import visible_jobs
 from portal.projects import access
-from portal.storage.actions import open_job_output
+from portal.storage.actions import job_output_url, open_job_output
 
 # htmx stops polling when a response has this status.
 STOP_POLLING = 286
@@ -253,6 +253,9 @@ def job_artifact(request, pk: int, artifact_id: int):
     artifact = get_object_or_404(job.artifacts, pk=artifact_id)
     if not artifact.stored_name:
         raise Http404("this output was too large to copy; it is in the job directory on the cluster")
+    url = job_output_url(artifact.stored_name, artifact.path.rsplit("/", 1)[-1])
+    if url is not None:  # from the object store itself: the portal never streams large outputs
+        return redirect(url)
     return FileResponse(open_job_output(artifact.stored_name), as_attachment=True,
                         filename=artifact.path.rsplit("/", 1)[-1])
 
