@@ -209,6 +209,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         "env": _pairs(args.env, "--env"),
         "dry_run": args.dry_run,
     }
+    if args.data:
+        body["datasets"] = args.data
     if args.software:
         body["software"] = args.software
     if args.file.endswith(".ipynb"):
@@ -337,6 +339,36 @@ def cmd_logs(args: argparse.Namespace) -> int:
         time.sleep(delay)
 
 
+def cmd_outputs(args: argparse.Namespace) -> int:
+    client = _client(args)
+    job = client.get(f"{API}/jobs/{args.id}/")
+    outputs = job.get("outputs") or []
+    if not args.get:
+        if args.json:
+            _print_json(outputs)
+        elif not outputs:
+            print(f"Job {job['id']} ({job['name']}, {job['state']}) has no outputs in the portal yet.")
+        else:
+            for item in outputs:
+                where = "" if item.get("url") else "  (left on the cluster)"
+                print(f"{_size(item['size']):>10}  {item['path']}{where}")
+        return EXIT_OK
+    wanted = next((item for item in outputs if item["path"] == args.get), None)
+    if wanted is None:
+        raise Refused(f"job {job['id']} has no output {args.get!r}; list them with: kakehashi outputs {job['id']}")
+    if not wanted.get("url"):
+        raise Refused(f"{args.get} stayed on the cluster (in the job's outputs/ directory)")
+    destination = args.output or os.path.basename(args.get)
+    written = client.download(wanted["url"], destination)
+    if written != wanted["size"]:
+        raise Refused(f"{args.get}: got {written} bytes, the job left {wanted['size']}; run the command again")
+    if args.json:
+        _print_json({"path": args.get, "saved_as": destination, "size": written})
+    else:
+        print(f"Saved {args.get} ({_size(written)}) as {destination}.")
+    return EXIT_OK
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
     _, job = _client(args).request("POST", f"{API}/jobs/{args.id}/cancel/")
     if args.json:
@@ -451,9 +483,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a parameter sweep: a job per combination, each with NAME set (repeatable)")
     p.add_argument("--array", action=argparse.BooleanOptionalAction, default=None,
                    help="submit the sweep as one scheduler array (default: wherever the scheduler has arrays)")
+    p.add_argument("--data", action="append", metavar="NAME",
+                   help="a dataset of the project, read by the job at $KAKEHASHI_DATA/NAME (repeatable)")
     p.add_argument("--dry-run", action="store_true", help="show the job script and the estimate; submit nothing")
     p.add_argument("--idempotency-key", help="repeat a submit safely: the same key never submits twice")
     p.set_defaults(func=cmd_submit)
+
+    p = sub.add_parser("outputs", parents=[common], help="the files a job left in outputs/, or download one")
+    p.add_argument("id", type=int)
+    p.add_argument("--get", metavar="PATH", help="download this file (its path as listed)")
+    p.add_argument("-o", "--output", metavar="FILE", help="where to save it (default: its name, here)")
+    p.set_defaults(func=cmd_outputs)
 
     p = sub.add_parser("status", parents=[common], help="one job, or a table of recent jobs")
     p.add_argument("id", nargs="?", type=int)
