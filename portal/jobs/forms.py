@@ -9,6 +9,7 @@ from portal.catalog.job_templates import TEMPLATES
 from portal.catalog.models import HardwareType, Software
 from portal.jobs.models import Job
 from portal.projects.models import Project
+from portal.storage.models import Dataset
 
 
 class JobForm(forms.Form):
@@ -38,6 +39,11 @@ class JobForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 10, "spellcheck": "false", "class": "font-monospace"}),
         help_text="Bash. Runs in the job's own directory; write results to $KAKEHASHI_OUTPUT_DIR.",
     )
+    datasets = forms.ModelMultipleChoiceField(
+        queryset=Dataset.objects.none(), required=False, label="Datasets",
+        help_text="Optional: data of the project the job reads at $KAKEHASHI_DATA/<name> (staged to the cluster before "
+                  "it is queued; a copy already there is not sent again).",
+    )
     env = forms.CharField(
         required=False,
         label="Environment variables",
@@ -51,8 +57,10 @@ class JobForm(forms.Form):
     edited_script = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 20, "spellcheck": "false", "class": "font-monospace"}))
     draft = forms.UUIDField(widget=forms.HiddenInput, required=False)
 
-    def __init__(self, *args, projects=None, hardware=None, software=None, **kwargs):
+    def __init__(self, *args, projects=None, hardware=None, software=None, datasets=None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.fields["datasets"].queryset = datasets if datasets is not None else Dataset.objects.none()
+        self.fields["datasets"].label_from_instance = lambda d: f"{d.project.slug}: {d.name} ({d.source})"
         self.fields["project"].queryset = projects if projects is not None else Project.objects.none()
         self.fields["hardware"].queryset = hardware if hardware is not None else HardwareType.objects.none()
         self.fields["software"].queryset = software if software is not None else Software.objects.none()

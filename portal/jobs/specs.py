@@ -45,7 +45,7 @@ def attached_datasets(job) -> list:
     attached = getattr(job, "attached_datasets", None)
     if attached is None:
         attached = list(job.datasets.select_related("project", "stored_file", "cluster")) if job.pk else []
-    return list(attached)
+    return sorted(attached, key=lambda d: d.name)
 
 
 def build_spec(job, *, group: str | None = None) -> JobSpec:

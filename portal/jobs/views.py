@@ -19,6 +19,7 @@ from portal.jobs.outputs import request_output_refresh
 from portal.jobs.queries import visible_jobs
 from portal.projects import access
 from portal.storage.actions import job_output_url, open_job_output
+from portal.storage.models import Dataset, DatasetState
 
 # htmx stops polling when a response has this status.
 STOP_POLLING = 286
@@ -48,11 +49,16 @@ def _form(request, data=None, initial=None) -> JobForm:
         projects=projects,
         hardware=catalog.hardware_for_projects(projects),
         software=catalog.software_for_projects(projects),
+        datasets=Dataset.objects.filter(project__in=projects, state=DatasetState.READY).select_related(
+            "project", "stored_file", "cluster"),
     )
 
 
 def _request_from(form: JobForm, user) -> actions.JobRequest:
     data = form.cleaned_data
+    chosen = list(data.get("datasets") or [])
+    if any(d.project_id != data["project"].pk for d in chosen):
+        raise actions.SubmitError("choose datasets of the job's own project", field="datasets")
     return actions.JobRequest(
         project=data["project"],
         name=data["name"],
@@ -68,6 +74,7 @@ def _request_from(form: JobForm, user) -> actions.JobRequest:
         env=data.get("env") or {},
         edited_script=data.get("edited_script") or None,
         uuid=data.get("draft"),
+        datasets=[d.name for d in chosen],
     )
 
 
@@ -91,6 +98,7 @@ def _initial(request) -> dict:
                 template=source.template,
                 working_directory=source.working_directory,
                 procs_per_node=source.procs_per_node,
+                datasets=list(source.datasets.all()),
             )
     if template := job_templates.get(request.GET.get("template", "")):
         initial.update(template=template.slug, script=template.script, launcher=template.launcher,
