@@ -90,3 +90,13 @@ def test_the_job_form_offers_the_projects_datasets_and_shows_them_in_the_script(
     job = Job.objects.get()
     assert job.rendered_script == preview and [d.name for d in job.datasets.all()] == ["weights"]
     assert "$KAKEHASHI_DATA/weights" in client.get(reverse("job-detail", args=[job.pk])).content.decode()
+
+
+def test_the_data_page_lists_the_datasets_of_ones_own_projects_only(client, local_site, files):
+    Dataset.objects.create(project=local_site.project, name="weights", kind="file", size=10,
+                           stored_file=StoredFile.objects.get(path="model.bin"))
+    Dataset.objects.create(project=local_site.other, name="secret-corpus", kind="file",
+                           stored_file=StoredFile.objects.get(path="theirs.bin"))
+    client.force_login(local_site.alice)
+    page = client.get(reverse("data")).content.decode()
+    assert "<code>weights</code>" in page and "model.bin" in page and "secret-corpus" not in page
