@@ -184,28 +184,35 @@ class Prefetched:
 
 def check_cluster_path(path: str, root: str) -> str:
     """A shell command that exits 0 if `path` resolves inside `root`, is readable and holds no link out of
-    `root`; 4 with the reason on stdout otherwise. It prints the resolved path on success."""
+    `root`; 4 with the reason on stdout otherwise. It prints the resolved path on success.
+
+    The two paths appear only as shlex-quoted words (arguments of realpath and printf), never inside a string the
+    shell parses again: a directory named `$(…)` is a name like any other."""
     p, r = shlex.quote(path), shlex.quote(root)
-    return (
-        f"root=$(realpath -e -- {r} 2>/dev/null) || {{ echo 'the project root {_say(root)} does not exist'; exit 4; }}; "
-        f"p=$(realpath -e -- {p} 2>/dev/null) || {{ echo '{_say(path)} does not exist or cannot be reached'; exit 4; }}; "
-        'case "$p/" in "$root"/*) ;; *) echo "'
-        f"{_say(path)} resolves to $p, outside the project's root {_say(root)}"
-        '"; exit 4 ;; esac; '
-        f"[ -r \"$p\" ] || {{ echo '{_say(path)} is not readable by this account'; exit 4; }}; "
-        f"if [ -d \"$p\" ]; then [ -x \"$p\" ] || {{ echo '{_say(path)} cannot be entered by this account'; exit 4; }}; "
-        f"bad=$(find \"$p\" -maxdepth {LINK_CHECK_DEPTH} -type l -print0 2>/dev/null | head -z -n {LINK_CHECK_LIMIT} | "
-        "xargs -0 -r realpath -m -- | awk -v r=\"$root\" 'index($0, r \"/\") != 1 && $0 != r {print; exit}'); "
-        "[ -z \"$bad\" ] || { echo \"a link inside it points to $bad, outside the project's root\"; exit 4; }; "
-        "unreadable=$(find \"$p\" -maxdepth 2 ! -readable -print -quit 2>/dev/null); "
-        "[ -z \"$unreadable\" ] || { echo \"$unreadable is not readable by this account\"; exit 4; }; fi; "
-        'printf \'%s\\n\' "$p"'
+    resolved, bad, unreadable = '"$p"', '"$bad"', '"$unreadable"'
+
+    def refuse(message: str, *args: str) -> str:
+        return "{ printf " + shlex.quote(message + "\n") + " " + " ".join(args) + "; exit 4; }"
+
+    outside = "outside the project's root"
+    # The root reaches awk through its environment: -v would interpret backslashes in it.
+    escaping_links = (
+        f'find "$p" -maxdepth {LINK_CHECK_DEPTH} -type l -print0 2>/dev/null | head -z -n {LINK_CHECK_LIMIT} | '
+        'xargs -0 -r realpath -m -- | '
+        """r="$root" awk 'index($0, ENVIRON["r"] "/") != 1 && $0 != ENVIRON["r"] {print; exit}'"""
     )
-
-
-def _say(text: str) -> str:
-    """Text inside a single-quoted shell string (for messages only)."""
-    return text.replace("'", "'\\''")
+    return "; ".join([
+        f"root=$(realpath -e -- {r} 2>/dev/null) || " + refuse("the project root %s does not exist", r),
+        f"p=$(realpath -e -- {p} 2>/dev/null) || " + refuse("%s does not exist or cannot be reached", p),
+        'case "$p/" in "$root"/*) ;; *) ' + refuse(f"%s resolves to %s, {outside} %s", p, resolved, r) + " ;; esac",
+        '[ -r "$p" ] || ' + refuse("%s is not readable by this account", p),
+        'if [ -d "$p" ]; then [ -x "$p" ] || ' + refuse("%s cannot be entered by this account", p),
+        f"bad=$({escaping_links})",
+        '[ -z "$bad" ] || ' + refuse(f"a link inside it points to %s, {outside}", bad),
+        'unreadable=$(find "$p" -maxdepth 2 ! -readable -print -quit 2>/dev/null)',
+        '[ -z "$unreadable" ] || ' + refuse("%s is not readable by this account", unreadable) + "; fi",
+        "printf '%s\\n' \"$p\"",
+    ])
 
 
 def _link(transport: Transport, workdir: str, cache: str, datasets: Sequence[DataInput]) -> None:

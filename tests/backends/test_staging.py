@@ -94,7 +94,7 @@ def group_disk(cluster_backend, run_id):
     _remote(cluster_backend, f"rm -rf {root} && mkdir -p {root}/imagenet/val {root}/sneaky {root}/locked && "
                              f"printf 'img\\n' > {root}/imagenet/val/1.jpg && ln -s /etc {root}/escape && "
                              f"ln -s /etc/hostname {root}/sneaky/host && printf s > {root}/locked/secret && "
-                             f"chmod 000 {root}/locked/secret")
+                             f"chmod 000 {root}/locked/secret && ln -s /etc '{root}/$(touch pwned)'")
     return root
 
 
@@ -122,6 +122,7 @@ def test_a_registered_cluster_path_is_used_in_place_and_paths_leaving_the_root_a
         f"{group_disk}/locked": "secret is not readable",
         f"{group_disk}/missing": "does not exist",
         f"{group_disk}/it's; rm -rf ~": "does not exist",
+        f"{group_disk}/$(touch pwned)": "outside the project's root",  # a name, never run
     }
     for path, words in refusals.items():
         with pytest.raises(DataRefused, match=words):
@@ -130,3 +131,4 @@ def test_a_registered_cluster_path_is_used_in_place_and_paths_leaving_the_root_a
         with pytest.raises(DataRefused, match=words):
             backend.stage_data(bad, "vision", [DataInput("x", cluster_path=path, root=group_disk)])
     assert _remote(backend, "test -d ~ && echo home still there").strip() == "home still there"
+    assert _remote(backend, "ls ~ kakehashi-tests 2>/dev/null | grep -c '^pwned$' || true").strip() == "0"
