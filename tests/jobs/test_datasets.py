@@ -227,3 +227,28 @@ def test_large_outputs_come_back_to_the_object_store_whole_and_download_through_
             digest.update(chunk)
             size += len(chunk)
     assert (size, digest.hexdigest()) == (250 * MiB, written)
+
+
+@pytest.mark.django_db
+def test_every_element_of_a_sweep_array_reads_the_dataset_staged_once_for_the_array(data_site):
+    site = data_site
+    blob = os.urandom(MiB + 3)
+    upload(site.alice, site.project, "sweep/data.bin", blob)
+    datasets.create_dataset(site.alice, site.project, name="shared", path="sweep/data.bin")
+    sweep = actions.submit_sweep(site.alice, actions.JobRequest(
+        project=site.project, name="swept", script='sha256sum "$KAKEHASHI_DATA/shared"; echo "lr=$LR"',
+        hardware=HardwareType.objects.get(slug="slurm-a100x1"), walltime="00:05:00", datasets=["shared"]),
+        {"LR": ["0.1", "0.01"]}, array=True)
+    jobs = sweep.jobs
+    assert all([d.name for d in job.datasets.all()] == ["shared"] for job in jobs)
+    assert actions.dispatch_job(jobs[0].pk).status == "submitted"
+    notes = [e.reason for job in jobs for e in job.events.all() if e.reason.startswith("staged")]
+    assert len(notes) == 2 and all(f"copied 1 file(s), {len(blob)} bytes" in n for n in notes)  # once, for both
+    from tests.backends.conftest import wait_state
+
+    backend = backend_for(jobs[0].cluster, account_for(jobs[0].cluster, site.alice, site.project))
+    for job in jobs:
+        job.refresh_from_db()
+        wait_state(backend, job.scheduler_id, lambda s: s.state.is_final)
+        out = backend.read_output(job.remote_dir, "stdout").decode()
+        assert hashlib.sha256(blob).hexdigest() in out and f"lr={job.parameters['LR']}" in out
