@@ -340,7 +340,8 @@ class AWSBatchBackend(Backend):
                 return b""
             raise BackendError(f"reading s3://{self.bucket}/{key} failed: {code}: {message}") from None
 
-    def stage_data(self, spec: JobSpec, project: str, datasets: Sequence[DataInput]) -> tuple[JobSpec, StagingReport]:
+    def stage_data(self, spec: JobSpec, project: str, datasets: Sequence[DataInput], *,
+                   heartbeat=None) -> tuple[JobSpec, StagingReport]:
         """Batch stages nothing: the container pulls its inputs itself (backends/batch_entrypoint.py), so each
         object of a dataset becomes one of the spec's S3 inputs, at inputs/data/<name>[/<path>]. A path registered
         on a cluster has no meaning in the cloud."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import shlex
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar
 
 from backends.safety import DIRECTIVE_PREFIXES, directive_lines, validate_spec
@@ -239,15 +239,17 @@ class Backend(ABC):
 
     # ------------------------------------------------------------------------------------------ datasets
 
-    def stage_data(self, spec: JobSpec, project: str, datasets: Sequence[DataInput]) -> tuple[JobSpec, StagingReport]:
+    def stage_data(self, spec: JobSpec, project: str, datasets: Sequence[DataInput], *,
+                   heartbeat: Callable[[], None] | None = None) -> tuple[JobSpec, StagingReport]:
         """Make each dataset readable at `<job dir>/data/<name>` before `submit` (backends/staging.py): object-store
         files copied into the cluster's per-project cache unless already there (by SHA-256), registered paths
         linked in place. Returns the spec to submit. Idempotent, so a retried dispatch copies nothing twice.
-        DataRefused for a dataset this job can never have; BackendError/TransportError for what may pass."""
+        DataRefused for a dataset this job can never have; BackendError/TransportError for what may pass.
+        `heartbeat` is called every few seconds while bytes move (the dispatch worker renews its lease)."""
         if self.transport is None:
             raise BackendError(f"this {self.kind} backend only renders scripts: it has no connection")
         cache_root = str(self.settings.get("data_cache") or DEFAULT_CACHE_ROOT)
-        return spec, stage(self.transport, spec.workdir, project, datasets, cache_root=cache_root)
+        return spec, stage(self.transport, spec.workdir, project, datasets, cache_root=cache_root, heartbeat=heartbeat)
 
     def check_data_path(self, path: str, root: str) -> str:
         """The resolved `path` if it lies inside `root` and this account can read it (a registered dataset is

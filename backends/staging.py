@@ -15,12 +15,14 @@ checked values (hex digests, validated names) and shlex-quoted paths, as the res
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import re
 import shlex
 import threading
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from backends.spec import DATA_DIR, BackendError, DataInput, DataRefused, StagingReport
 from backends.transport import CommandResult, Transport
@@ -32,6 +34,8 @@ NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 PROJECT_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 # How many symlinks inside a registered tree are looked at for escapes, and how deep.
 LINK_CHECK_LIMIT, LINK_CHECK_DEPTH = 10_000, 6
+# How often a long copy tells its caller it is still alive (the dispatch worker renews its lease on the job).
+HEARTBEAT_SECONDS = 15.0
 
 
 def home_path(path: str) -> str:
@@ -60,8 +64,9 @@ def check_inputs(project: str, datasets: Sequence[DataInput]) -> None:
 
 
 def stage(transport: Transport, workdir: str, project: str, datasets: Sequence[DataInput], *,
-          cache_root: str = DEFAULT_CACHE_ROOT) -> StagingReport:
-    """Put every dataset at `<workdir>/data/<name>`. Idempotent: run again, it copies nothing already there."""
+          cache_root: str = DEFAULT_CACHE_ROOT, heartbeat: Callable[[], None] | None = None) -> StagingReport:
+    """Put every dataset at `<workdir>/data/<name>`. Idempotent: run again, it copies nothing already there.
+    `heartbeat` is called every HEARTBEAT_SECONDS or so while bytes move (a copy may take longer than a lease)."""
     check_inputs(project, datasets)
     report = StagingReport()
     if not datasets:
@@ -74,7 +79,7 @@ def stage(transport: Transport, workdir: str, project: str, datasets: Sequence[D
             report.reused_files += 1
             report.reused_bytes += f.size
             continue
-        _copy_verified(transport, cache, f)
+        _copy_verified(transport, cache, f, heartbeat)
         report.copied_files += 1
         report.copied_bytes += f.size
     _link(transport, workdir, cache, datasets)
@@ -104,13 +109,18 @@ def _cached_sizes(transport: Transport, cache: str, digests: list[str]) -> dict[
     return sizes
 
 
-def _copy_verified(transport: Transport, cache: str, f) -> None:
+def _copy_verified(transport: Transport, cache: str, f, heartbeat: Callable[[], None] | None = None) -> None:
     temporary = f"{cache}/{f.sha256}.part-{uuid.uuid4().hex[:12]}"
     source = f.open()
     try:
-        reader = Prefetched(source)
+        reader = Prefetched(source, heartbeat=heartbeat)
         try:
             written = transport.write_stream(temporary, reader)
+        except BaseException:
+            # A copy cut short leaves no stray part file behind, where the cluster can still be told so.
+            with contextlib.suppress(Exception):
+                transport.run_shell(f"rm -f -- {home_path(temporary)}", timeout=30)
+            raise
         finally:
             reader.close()
     finally:
@@ -137,7 +147,9 @@ class Prefetched:
     """Reads `source` in a thread a few chunks ahead, so fetching from the object store and writing to the cluster
     overlap; at most `depth` chunks wait in memory."""
 
-    def __init__(self, source, chunk: int = 1 << 20, depth: int = 8) -> None:
+    def __init__(self, source, chunk: int = 1 << 20, depth: int = 8,
+                 heartbeat: Callable[[], None] | None = None) -> None:
+        self._heartbeat, self._beat_at = heartbeat, time.monotonic()
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._rest = b""
         self._done = False
@@ -164,6 +176,9 @@ class Prefetched:
                 continue
 
     def read(self, size: int = -1) -> bytes:
+        if self._heartbeat is not None and time.monotonic() - self._beat_at > HEARTBEAT_SECONDS:
+            self._beat_at = time.monotonic()
+            self._heartbeat()
         while not self._rest and not self._done:
             item = self._queue.get()
             if isinstance(item, BaseException):

@@ -132,3 +132,15 @@ def test_a_registered_cluster_path_is_used_in_place_and_paths_leaving_the_root_a
             backend.stage_data(bad, "vision", [DataInput("x", cluster_path=path, root=group_disk)])
     assert _remote(backend, "test -d ~ && echo home still there").strip() == "home still there"
     assert _remote(backend, "ls ~ kakehashi-tests 2>/dev/null | grep -c '^pwned$' || true").strip() == "0"
+
+
+def test_a_long_copy_keeps_telling_the_caller_it_is_alive(cluster_backend, make_spec, monkeypatch):
+    import backends.staging
+
+    monkeypatch.setattr(backends.staging, "HEARTBEAT_SECONDS", 0.0)  # every chunk, instead of every 15 s
+    beats = []
+    blob = os.urandom(4 * 1024 * 1024)
+    spec = make_spec("true", datasets=("big",))
+    _, report = cluster_backend.stage_data(spec, "vision", [DataInput("big", files=[_file("", blob)])],
+                                           heartbeat=lambda: beats.append(1))
+    assert report.copied_files == 1 and len(beats) >= 4

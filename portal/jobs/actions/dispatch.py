@@ -189,7 +189,14 @@ def _staged(backend, handover: _Handover) -> JobSpec:
     attached = attached_datasets(first)
     if not attached:
         return handover.spec
-    spec, report = backend.stage_data(handover.spec, first.project.slug, data_inputs(attached, first.cluster))
+    def renew_lease() -> None:
+        # Copying a large dataset may outlast the lease: keep it, so no other attempt takes over and submits.
+        with transaction.atomic():
+            transitions.update([j for j in handover.locked() if j.state == JobState.SUBMITTING],
+                               dispatch_lease_until=timezone.now() + _lease_time())
+
+    spec, report = backend.stage_data(handover.spec, first.project.slug, data_inputs(attached, first.cluster),
+                                      heartbeat=renew_lease)
     names = ", ".join(d.name for d in attached)
     for job in handover.locked_view():
         events.noted(job, f"staged dataset(s) {names}: {report.summary()}")
