@@ -369,6 +369,39 @@ def cmd_outputs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_datasets(args: argparse.Namespace) -> int:
+    client = _client(args)
+    base = f"{API}/projects/{args.project}/datasets/"
+    if args.add:
+        sources = {"path": args.path, "prefix": args.prefix, "cluster_path": args.cluster_path}
+        if sum(1 for v in sources.values() if v) != 1:
+            raise UsageError("give exactly one of --path FILE, --prefix FOLDER or --cluster-path PATH (with --cluster)")
+        if args.cluster_path and not args.cluster:
+            raise UsageError("--cluster-path needs --cluster SLUG: the cluster the path is on")
+        body = {"name": args.add, **{k: v for k, v in sources.items() if v}}
+        if args.cluster:
+            body["cluster"] = args.cluster
+        _, made = client.post(base, body)
+        if args.json:
+            _print_json(made)
+        else:
+            state = "" if made["state"] == "ready" else f" ({made['state']}: a worker checks it on the cluster)"
+            print(f"Dataset {made['name']} in {made['project']}: {made['source']}{state}. "
+                  f"Jobs attach it with --data {made['name']} and read $KAKEHASHI_DATA/{made['name']}.")
+        return EXIT_OK
+    items = list(client.paginate(base))
+    if args.json:
+        _print_json(items)
+    elif not items:
+        print(f"Project {args.project} has no datasets yet: kakehashi datasets {args.project} --add NAME --path FILE")
+    else:
+        for item in items:
+            size = _size(item["size"]) if item.get("size") is not None else "—"
+            why = f" ({item['reason']})" if item.get("reason") else ""
+            print(f"{item['name']:<24} {item['state']:<9} {size:>10}  {item['source']}{why}")
+    return EXIT_OK
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
     _, job = _client(args).request("POST", f"{API}/jobs/{args.id}/cancel/")
     if args.json:
@@ -524,6 +557,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace files already at those paths")
     p.add_argument("--parallel", type=int, default=4, help="parts sent at once (default 4)")
     p.set_defaults(func=cmd_upload)
+
+    p = sub.add_parser("datasets", parents=[common],
+                       help="a project's datasets, or --add one (what jobs attach with --data)")
+    p.add_argument("project")
+    p.add_argument("--add", metavar="NAME", help="name a new dataset (letters, digits, '.', '_', '-')")
+    p.add_argument("--path", help="with --add: a file of the project")
+    p.add_argument("--prefix", help="with --add: a folder of the project (every file under it)")
+    p.add_argument("--cluster", help="with --cluster-path: the cluster's slug")
+    p.add_argument("--cluster-path", help="with --add: a path on the cluster inside the project's storage there, "
+                                          "used in place (project admins)")
+    p.set_defaults(func=cmd_datasets)
 
     p = sub.add_parser("budget", parents=[common], help="a project's budget: spent, reserved, available")
     p.add_argument("project")

@@ -304,12 +304,17 @@ def test_budget(logged_in):
 
 def test_submit_with_data_gives_the_job_the_dataset_and_outputs_lists_and_downloads_what_it_left(
         logged_in, tmp_path, local_site, live_worker):
-    from portal.storage.datasets import create_dataset
-
     data = tmp_path / "weights.bin"
     data.write_bytes(os.urandom(3 * 1024 * 1024 + 1))
     assert logged_in("upload", str(data), "--project", "vision", "--dest", "models/").code == 0
-    create_dataset(local_site.alice, local_site.project, name="weights", path="models/weights.bin")
+    bad = logged_in("datasets", "vision", "--add", "../w", "--path", "models/weights.bin")
+    assert bad.code == 3 and "[name]" in bad.err and "not a valid dataset name" in bad.err
+    made = logged_in("datasets", "vision", "--add", "weights", "--path", "models/weights.bin")
+    assert made.code == 0, made.err
+    assert made.out.startswith("Dataset weights in vision: models/weights.bin.")
+    listed = logged_in("datasets", "vision")
+    assert listed.out.split()[:3] == ["weights", "ready", "3.0"]
+    assert logged_in("datasets", "nlp").code == 3  # not a member: 404
     script = tmp_path / "reads.sh"
     script.write_text('sha256sum "$KAKEHASHI_DATA/weights" | tee "$KAKEHASHI_OUTPUT_DIR/digest.txt"\n'
                       'cp "$KAKEHASHI_DATA/weights" "$KAKEHASHI_OUTPUT_DIR/copy.bin"\n')
