@@ -144,6 +144,15 @@ class Dataset(models.Model):
         return f"{self.project.slug}:{self.name}"
 
     @property
+    def current_size(self) -> int | None:
+        """A file's size as it is now (a file replaced by a new upload keeps its row and its datasets)."""
+        return self.stored_file.size if self.stored_file is not None else self.size
+
+    @property
+    def current_sha256(self) -> str:
+        return self.stored_file.sha256 if self.stored_file is not None else self.sha256
+
+    @property
     def source(self) -> str:
         """Where the data is, in words a person reads."""
         if self.kind == DatasetKind.FILE:
