@@ -72,6 +72,7 @@ lint: dev-venv
 bench: dev-venv cluster-harness
 	$(BIN)/python -m bench.run
 	$(BIN)/python -m bench.storage
+	$(BIN)/python -m bench.staging
 	$(BIN)/python -m bench.cloud
 
 clean:

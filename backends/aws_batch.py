@@ -28,15 +28,19 @@ from backends.base import (
     Access,
     Backend,
     BackendError,
+    DataInput,
+    DataRefused,
     JobRecord,
     JobSpec,
     JobStatus,
     Reach,
     RemoteFile,
+    StagingReport,
     SubmitRefused,
 )
 from backends.safety import validate_spec
 from backends.script import Dialect, assemble, render_body, staging_archive
+from backends.staging import check_inputs
 
 BATCH_PAGE = 100  # describe_jobs takes at most 100 ids a call
 ACTIVE_STATUSES = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
@@ -122,6 +126,8 @@ class AWSBatchBackend(Backend):
         job_id_var="KAKEHASHI_BATCH_JOB_ID",
         multi_node_prefix="",
         array_index_var="KAKEHASHI_BATCH_ARRAY_ELEMENT",
+        # The entrypoint pulls a job's inputs into inputs/ (its datasets are inputs, see stage_data).
+        data_dir="inputs/data",
     )
 
     def __init__(self, clients: BatchClients | None, settings: Mapping[str, object] | None = None) -> None:
@@ -333,6 +339,29 @@ class AWSBatchBackend(Backend):
             if code in ("NoSuchKey", "404", "InvalidRange", "416"):
                 return b""
             raise BackendError(f"reading s3://{self.bucket}/{key} failed: {code}: {message}") from None
+
+    def stage_data(self, spec: JobSpec, project: str, datasets: Sequence[DataInput], *,
+                   heartbeat=None) -> tuple[JobSpec, StagingReport]:
+        """Batch stages nothing: the container pulls its inputs itself (backends/batch_entrypoint.py), so each
+        object of a dataset becomes one of the spec's S3 inputs, at inputs/data/<name>[/<path>]. A path registered
+        on a cluster has no meaning in the cloud."""
+        check_inputs(project, datasets)
+        inputs = dict(spec.inputs)
+        for dataset in datasets:
+            if dataset.cluster_path:
+                raise DataRefused(f"dataset {dataset.name} is a path on a cluster: a cloud job cannot read it")
+            for f in dataset.files:
+                if not f.url.startswith("s3://"):
+                    raise DataRefused(f"dataset {dataset.name}: the portal keeps its files on its own disk, where a "
+                                      "cloud job cannot read them (an object store is needed)")
+                inputs[f"data/{dataset.name}" + (f"/{f.path}" if f.path else "")] = f.url
+        return replace(spec, inputs=inputs), StagingReport()
+
+    def stream_file(self, workdir: str, path: str) -> Iterator[bytes]:
+        key = f"{workdir.rstrip('/')}/{path}"
+        body = self._call(f"reading s3://{self.bucket}/{key}", self._clients().s3.get_object, Bucket=self.bucket,
+                          Key=key)["Body"]
+        yield from body.iter_chunks(1 << 20)
 
     def read_output(self, workdir: str, stream: str, offset: int = 0, limit: int = 1 << 20) -> bytes:
         """stdout: the container's log in CloudWatch Logs (stdout and stderr together, as the AWS console shows

@@ -15,12 +15,13 @@ from __future__ import annotations
 import re
 import shlex
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar
 
 from backends.safety import DIRECTIVE_PREFIXES, directive_lines, validate_spec
 from backends.script import Dialect, assemble, render_body, staged_command, staging_archive
 from backends.spec import (
+    DATA_DIR,
     FINAL_STATES,
     OUTPUTS_DIR,
     PAYLOAD_FILE,
@@ -30,6 +31,9 @@ from backends.spec import (
     Access,
     ArrayElement,
     BackendError,
+    DataFile,
+    DataInput,
+    DataRefused,
     InvalidJobSpec,
     JobRecord,
     JobSpec,
@@ -38,14 +42,16 @@ from backends.spec import (
     Reach,
     RemoteFile,
     Resources,
+    StagingReport,
     State,
     SubmitRefused,
     element_dir,
 )
+from backends.staging import DEFAULT_CACHE_ROOT, check_cluster_path, stage
 from backends.transport import CommandResult, SSHTransport, Transport, TransportError
 
 __all__ = [
-    "FINAL_STATES", "OUTPUTS_DIR", "PAYLOAD_FILE", "SCRIPT_FILE", "STDERR_FILE", "STDOUT_FILE", "Access",
+    "DATA_DIR", "DataFile", "DataInput", "DataRefused", "StagingReport", "FINAL_STATES", "OUTPUTS_DIR", "PAYLOAD_FILE", "SCRIPT_FILE", "STDERR_FILE", "STDOUT_FILE", "Access",
     "ArrayElement", "Backend", "BackendError", "InvalidJobSpec", "JobRecord", "JobSpec", "JobStatus", "Launcher",
     "Reach", "RemoteFile", "Resources", "State", "SubmitRefused", "TransportError", "element_dir",
 ]
@@ -230,6 +236,34 @@ class Backend(ABC):
         if not self.supports_arrays:
             raise NotImplementedError(f"{self.kind} does not submit arrays")
         return f"{array_id}{self.element_separator}{index}"
+
+    # ------------------------------------------------------------------------------------------ datasets
+
+    def stage_data(self, spec: JobSpec, project: str, datasets: Sequence[DataInput], *,
+                   heartbeat: Callable[[], None] | None = None) -> tuple[JobSpec, StagingReport]:
+        """Make each dataset readable at `<job dir>/data/<name>` before `submit` (backends/staging.py): object-store
+        files copied into the cluster's per-project cache unless already there (by SHA-256), registered paths
+        linked in place. Returns the spec to submit. Idempotent, so a retried dispatch copies nothing twice.
+        DataRefused for a dataset this job can never have; BackendError/TransportError for what may pass.
+        `heartbeat` is called every few seconds while bytes move (the dispatch worker renews its lease)."""
+        if self.transport is None:
+            raise BackendError(f"this {self.kind} backend only renders scripts: it has no connection")
+        cache_root = str(self.settings.get("data_cache") or DEFAULT_CACHE_ROOT)
+        return spec, stage(self.transport, spec.workdir, project, datasets, cache_root=cache_root, heartbeat=heartbeat)
+
+    def check_data_path(self, path: str, root: str) -> str:
+        """The resolved `path` if it lies inside `root` and this account can read it (a registered dataset is
+        checked as whoever registers it); DataRefused saying why not."""
+        result = self.run(check_cluster_path(path, root), timeout=120)
+        if result.exit_status == 4:
+            raise DataRefused(result.stdout.strip() or result.message)
+        return self.checked(result, f"checking {path}").strip()
+
+    def stream_file(self, workdir: str, path: str):
+        """The bytes of a file the job wrote (relative to its directory), a chunk at a time."""
+        if self.transport is None:
+            raise BackendError(f"this {self.kind} backend only renders scripts: it has no connection")
+        return self.transport.read_stream(f"{workdir.rstrip('/')}/{path}")
 
     # ------------------------------------------------------------------------------------- a job's files
 

@@ -24,6 +24,8 @@ class Dialect:
     # "" where the platform already runs the whole script once on every node (AWS Batch multi-node jobs).
     multi_node_prefix: str = "mpirun"
     array_index_var: str = ""  # e.g. SLURM_ARRAY_TASK_ID: which element of an array this is
+    # Where the job's datasets are, relative to the job directory (staging links them there before the submit).
+    data_dir: str = "data"
 
 
 def hms(seconds: int) -> str:
@@ -119,6 +121,12 @@ def render_body(spec: JobSpec, dialect: Dialect) -> str:
     ]
     if dialect.enter_dir:
         lines.append(dialect.enter_dir)
+    if spec.datasets:
+        # Set in the job directory itself: an array's elements share its datasets.
+        lines += [
+            f"# datasets, each at $KAKEHASHI_DATA/<name>: {' '.join(spec.datasets)}",
+            f'export KAKEHASHI_DATA="$PWD/{dialect.data_dir}"',
+        ]
     if spec.array:
         lines += _enter_element_dir(spec, dialect)
     lines += [

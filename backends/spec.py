@@ -5,9 +5,10 @@ how a backend is reached (`Reach`, `Access`). No Django, no portal imports, no b
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import BinaryIO
 
 
 class BackendError(Exception):
@@ -16,6 +17,12 @@ class BackendError(Exception):
 
 class SubmitRefused(BackendError):
     """The scheduler refused the job. Permanent: `str(exc)` is the scheduler's own message for the user."""
+
+
+class DataRefused(Exception):
+    """A dataset cannot be given to this job (a registered path unreadable or outside the project's root, bytes
+    that arrived with another checksum). Permanent: `str(exc)` says why, for the user; the job fails before it
+    is queued."""
 
 
 class InvalidJobSpec(ValueError):
@@ -104,6 +111,9 @@ class JobSpec:
     # {"cifar10/train.tar": "s3://bucket/projects/vision/cifar10/train.tar"}. A cloud container pulls them itself
     # (backends/batch_entrypoint.py). Datasets attached in the portal (issue 13's staging) arrive here too.
     inputs: Mapping[str, str] = field(default_factory=dict)
+    # Names of the datasets the job reads, each at $KAKEHASHI_DATA/<name> (a link into the job directory's data/,
+    # made by `Backend.stage_data` before the submit). Only the names: they are all the script needs.
+    datasets: Sequence[str] = ()
 
     @property
     def procs(self) -> int:
@@ -195,3 +205,49 @@ class Access:
     # A cloud API's credentials where the site stored them (else the worker's own chain: an instance role).
     key_id: str = ""
     secret: str = field(default="", repr=False)
+
+
+DATA_DIR = "data"  # inside the job directory: one entry per attached dataset, $KAKEHASHI_DATA
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One file of a dataset held in the object store. `path` is where it sits inside the dataset ("" for a
+    dataset that is one file); `open` gives a stream of its bytes (read in chunks: files may be larger than memory).
+    """
+
+    path: str
+    sha256: str
+    size: int
+    open: Callable[[], BinaryIO] = field(compare=False, repr=False)
+    # Where the cloud reads it from itself ("s3://bucket/key"), for backends whose jobs pull their own inputs.
+    url: str = ""
+
+
+@dataclass(frozen=True)
+class DataInput:
+    """A dataset attached to a job: object-store files copied to the cluster, or a registered path on the
+    cluster used in place (which must resolve inside `root`, the project's root there)."""
+
+    name: str
+    files: Sequence[DataFile] = ()
+    cluster_path: str = ""
+    root: str = ""
+
+
+@dataclass
+class StagingReport:
+    """What staging did: files and bytes copied, files found in the cluster's cache, paths linked in place."""
+
+    copied_files: int = 0
+    copied_bytes: int = 0
+    reused_files: int = 0
+    reused_bytes: int = 0
+    in_place: int = 0
+
+    def summary(self) -> str:
+        parts = [f"copied {self.copied_files} file(s), {self.copied_bytes} bytes",
+                 f"{self.reused_files} file(s) ({self.reused_bytes} bytes) already in the cluster's cache"]
+        if self.in_place:
+            parts.append(f"{self.in_place} registered path(s) used in place")
+        return "; ".join(parts)

@@ -18,11 +18,16 @@ import subprocess
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import paramiko
+
+# Bytes moved per read or write when streaming: large enough to keep SFTP's pipeline full, small enough that a
+# worker staging many files at once stays within a few MiB each.
+STREAM_CHUNK = 1 << 20
 
 
 class TransportError(Exception):
@@ -61,8 +66,18 @@ class Transport(ABC):
     def read_file(self, path: str, *, offset: int = 0, limit: int = 1 << 20) -> bytes:
         """Bytes of a file on the cluster from `offset`; b"" if it does not exist (yet)."""
 
+    def write_stream(self, path: str, source: BinaryIO, *, chunk: int = STREAM_CHUNK) -> int:
+        """Write everything `source` yields to `path` on the cluster, `chunk` bytes at a time (memory stays bounded
+        whatever the size); returns the bytes written."""
+        raise NotImplementedError(f"{type(self).__name__} cannot write files")
+
+    def read_stream(self, path: str, *, chunk: int = STREAM_CHUNK) -> Iterator[bytes]:
+        """The bytes of a file on the cluster, `chunk` at a time (a large output never sits whole in memory)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot stream files")
+
     def close(self) -> None:  # noqa: B027 - optional for transports without resources
         pass
+
 
 
 class LocalTransport(Transport):
@@ -101,6 +116,19 @@ class LocalTransport(Transport):
                 return fh.read(limit)
         except FileNotFoundError:
             return b""
+
+    def write_stream(self, path: str, source: BinaryIO, *, chunk: int = STREAM_CHUNK) -> int:
+        written = 0
+        with open(self.base_dir / path, "wb") as fh:
+            while data := source.read(chunk):
+                fh.write(data)
+                written += len(data)
+        return written
+
+    def read_stream(self, path: str, *, chunk: int = STREAM_CHUNK) -> Iterator[bytes]:
+        with open(self.base_dir / path, "rb") as fh:
+            while data := fh.read(chunk):
+                yield data
 
 
 def load_private_key(pem: str, passphrase: str | None = None) -> paramiko.PKey:
@@ -163,6 +191,9 @@ class SSHTransport(Transport):
         self._private_key = private_key
         self._known_hosts = known_hosts
         self.timeout = timeout
+        # What this transport wrote over SFTP (files, bytes): staging reports it, tests and benchmarks measure it.
+        self.puts = 0
+        self.bytes_put = 0
         key_id = hashlib.sha256(private_key.encode() + b"\0" + known_hosts.encode()).hexdigest()
         # The pid is part of the key: a connection opened before a fork is never shared with the child.
         self._pool_key = (os.getpid(), host, self.port, username, key_id)
@@ -183,6 +214,15 @@ class SSHTransport(Transport):
 
     def read_file(self, path: str, *, offset: int = 0, limit: int = 1 << 20) -> bytes:
         return self._connection().read_file(path, offset, limit, self.timeout)
+
+    def write_stream(self, path: str, source: BinaryIO, *, chunk: int = STREAM_CHUNK) -> int:
+        written = self._connection().write_stream(path, source, chunk, self.timeout)
+        self.puts += 1
+        self.bytes_put += written
+        return written
+
+    def read_stream(self, path: str, *, chunk: int = STREAM_CHUNK) -> Iterator[bytes]:
+        return self._connection().read_stream(path, chunk, self.timeout)
 
     def close(self) -> None:
         with self._pool_lock:
@@ -360,3 +400,51 @@ class _Connection:
                 if attempt == 2:
                     raise TransportError(f"reading {path} on {self.spec.host} failed: {exc}") from None
         raise AssertionError("unreachable")
+
+    def _own_sftp(self, timeout: float) -> paramiko.SFTPClient:
+        """A fresh SFTP session on the pooled connection, for one long transfer (it would otherwise hold the shared
+        session, and every small read behind it, for as long as it runs)."""
+        for attempt in (1, 2):
+            client = self._client()
+            try:
+                sftp = client.open_sftp()
+                sftp.get_channel().settimeout(timeout)
+                return sftp
+            except (paramiko.SSHException, EOFError, OSError) as exc:
+                with self.lock:
+                    self._drop()
+                if attempt == 2:
+                    raise TransportError(f"SFTP to {self.spec.host} failed: {exc}") from None
+        raise AssertionError("unreachable")
+
+    def write_stream(self, path: str, source: BinaryIO, chunk: int, timeout: float) -> int:
+        sftp = self._own_sftp(timeout)
+        written = 0
+        try:
+            with sftp.open(path, "wb") as fh:
+                # Pipelined: requests go out without waiting for each reply (paramiko's own putfo does the same).
+                fh.set_pipelined(True)
+                while data := source.read(chunk):
+                    fh.write(data)
+                    written += len(data)
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            raise TransportError(f"writing {path} on {self.spec.host} failed after {written} bytes: {exc}") from None
+        finally:
+            sftp.close()
+        return written
+
+    def read_stream(self, path: str, chunk: int, timeout: float) -> Iterator[bytes]:
+        sftp = self._own_sftp(timeout)
+        try:
+            with sftp.open(path, "rb") as fh:
+                size = fh.stat().st_size
+                offset = 0
+                while offset < size:
+                    # readv pipelines the requests of one window: SFTP speed with at most `chunk` bytes in memory.
+                    length = min(chunk, size - offset)
+                    yield b"".join(fh.readv([(offset, length)]))
+                    offset += length
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            raise TransportError(f"reading {path} on {self.spec.host} failed: {exc}") from None
+        finally:
+            sftp.close()

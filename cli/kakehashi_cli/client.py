@@ -101,6 +101,41 @@ class Client:
                 return
             page = self.request("GET", page["next"])[1]
 
+    def download(self, path: str, destination: str) -> int:
+        """Save what `path` serves to `destination` (written to a temporary name, renamed when whole); returns
+        the bytes written. A redirect to the object store (a presigned GET) is followed without our token: the
+        signature in the URL is the store's authorisation, and a second one would be refused."""
+        url = self.url_for(path)
+        _check_scheme(url)
+        headers = {"User-Agent": USER_AGENT, "Accept": "application/octet-stream, application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        opener = urllib.request.build_opener(_NoRedirect)
+        req = urllib.request.Request(url, headers=headers)  # noqa: S310
+        try:
+            try:
+                response = opener.open(req, timeout=self.timeout)
+            except urllib.error.HTTPError as exc:
+                if exc.code not in (301, 302, 303, 307, 308):
+                    raise
+                location = exc.headers.get("Location", "")
+                _check_scheme(location)
+                signed = urllib.request.Request(location, headers={"User-Agent": USER_AGENT})  # noqa: S310 - checked
+                response = urllib.request.urlopen(signed, timeout=self.timeout)  # noqa: S310 - http(s) only, checked
+            partial = destination + ".part"
+            written = 0
+            with response, open(partial, "wb") as out:
+                while chunk := response.read(1024 * 1024):
+                    out.write(chunk)
+                    written += len(chunk)
+            os.replace(partial, destination)
+            return written
+        except urllib.error.HTTPError as exc:
+            raise _api_error(exc) from None
+        except (TimeoutError, urllib.error.URLError, ConnectionError, ssl.SSLError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ConnectionFailed(f"cannot download from {self.base}: {reason}") from None
+
     def upload(self, path: str, file_path: str, fields: dict[str, str]) -> tuple[int, Any]:
         """POST a file as multipart/form-data, streamed from disk (large files never sit in memory)."""
         boundary = "kakehashi-" + uuid.uuid4().hex
@@ -166,3 +201,10 @@ def _api_error(exc: urllib.error.HTTPError) -> ApiError:
     if isinstance(data, dict) and data.get("detail"):
         return ApiError(exc.code, str(data["detail"]), str(data.get("code") or ""), data.get("field"))
     return ApiError(exc.code, f"HTTP {exc.code} {exc.reason} from {exc.url}", "http_error")
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Hand redirects back to the caller (who follows them without the Authorization header)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001 - urllib's signature
+        return None

@@ -210,6 +210,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         "env": _pairs(args.env, "--env"),
         "dry_run": args.dry_run,
     }
+    if args.data:
+        body["datasets"] = args.data
     if args.software:
         body["software"] = args.software
     if args.file.endswith(".ipynb"):
@@ -339,6 +341,69 @@ def cmd_logs(args: argparse.Namespace) -> int:
         time.sleep(delay)
 
 
+def cmd_outputs(args: argparse.Namespace) -> int:
+    client = _client(args)
+    job = client.get(f"{API}/jobs/{args.id}/")
+    outputs = job.get("outputs") or []
+    if not args.get:
+        if args.json:
+            _print_json(outputs)
+        elif not outputs:
+            print(f"Job {job['id']} ({job['name']}, {job['state']}) has no outputs in the portal yet.")
+        else:
+            for item in outputs:
+                where = "" if item.get("url") else "  (left on the cluster)"
+                print(f"{_size(item['size']):>10}  {item['path']}{where}")
+        return EXIT_OK
+    wanted = next((item for item in outputs if item["path"] == args.get), None)
+    if wanted is None:
+        raise Refused(f"job {job['id']} has no output {args.get!r}; list them with: kakehashi outputs {job['id']}")
+    if not wanted.get("url"):
+        raise Refused(f"{args.get} stayed on the cluster (in the job's outputs/ directory)")
+    destination = args.output or os.path.basename(args.get)
+    written = client.download(wanted["url"], destination)
+    if written != wanted["size"]:
+        raise Refused(f"{args.get}: got {written} bytes, the job left {wanted['size']}; run the command again")
+    if args.json:
+        _print_json({"path": args.get, "saved_as": destination, "size": written})
+    else:
+        print(f"Saved {args.get} ({_size(written)}) as {destination}.")
+    return EXIT_OK
+
+
+def cmd_datasets(args: argparse.Namespace) -> int:
+    client = _client(args)
+    base = f"{API}/projects/{args.project}/datasets/"
+    if args.add:
+        sources = {"path": args.path, "prefix": args.prefix, "cluster_path": args.cluster_path}
+        if sum(1 for v in sources.values() if v) != 1:
+            raise UsageError("give exactly one of --path FILE, --prefix FOLDER or --cluster-path PATH (with --cluster)")
+        if args.cluster_path and not args.cluster:
+            raise UsageError("--cluster-path needs --cluster SLUG: the cluster the path is on")
+        body = {"name": args.add, **{k: v for k, v in sources.items() if v}}
+        if args.cluster:
+            body["cluster"] = args.cluster
+        _, made = client.post(base, body)
+        if args.json:
+            _print_json(made)
+        else:
+            state = "" if made["state"] == "ready" else f" ({made['state']}: a worker checks it on the cluster)"
+            print(f"Dataset {made['name']} in {made['project']}: {made['source']}{state}. "
+                  f"Jobs attach it with --data {made['name']} and read $KAKEHASHI_DATA/{made['name']}.")
+        return EXIT_OK
+    items = list(client.paginate(base))
+    if args.json:
+        _print_json(items)
+    elif not items:
+        print(f"Project {args.project} has no datasets yet: kakehashi datasets {args.project} --add NAME --path FILE")
+    else:
+        for item in items:
+            size = _size(item["size"]) if item.get("size") is not None else "—"
+            why = f" ({item['reason']})" if item.get("reason") else ""
+            print(f"{item['name']:<24} {item['state']:<9} {size:>10}  {item['source']}{why}")
+    return EXIT_OK
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
     _, job = _client(args).request("POST", f"{API}/jobs/{args.id}/cancel/")
     if args.json:
@@ -454,9 +519,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a parameter sweep: a job per combination, each with NAME set (repeatable)")
     p.add_argument("--array", action=argparse.BooleanOptionalAction, default=None,
                    help="submit the sweep as one scheduler array (default: wherever the scheduler has arrays)")
+    p.add_argument("--data", action="append", metavar="NAME",
+                   help="a dataset of the project, read by the job at $KAKEHASHI_DATA/NAME (repeatable)")
     p.add_argument("--dry-run", action="store_true", help="show the job script and the estimate; submit nothing")
     p.add_argument("--idempotency-key", help="repeat a submit safely: the same key never submits twice")
     p.set_defaults(func=cmd_submit)
+
+    p = sub.add_parser("outputs", parents=[common], help="the files a job left in outputs/, or download one")
+    p.add_argument("id", type=int)
+    p.add_argument("--get", metavar="PATH", help="download this file (its path as listed)")
+    p.add_argument("-o", "--output", metavar="FILE", help="where to save it (default: its name, here)")
+    p.set_defaults(func=cmd_outputs)
 
     p = sub.add_parser("status", parents=[common], help="one job, or a table of recent jobs")
     p.add_argument("id", nargs="?", type=int)
@@ -487,6 +560,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace files already at those paths")
     p.add_argument("--parallel", type=int, default=4, help="parts sent at once (default 4)")
     p.set_defaults(func=cmd_upload)
+
+    p = sub.add_parser("datasets", parents=[common],
+                       help="a project's datasets, or --add one (what jobs attach with --data)")
+    p.add_argument("project")
+    p.add_argument("--add", metavar="NAME", help="name a new dataset (letters, digits, '.', '_', '-')")
+    p.add_argument("--path", help="with --add: a file of the project")
+    p.add_argument("--prefix", help="with --add: a folder of the project (every file under it)")
+    p.add_argument("--cluster", help="with --cluster-path: the cluster's slug")
+    p.add_argument("--cluster-path", help="with --add: a path on the cluster inside the project's storage there, "
+                                          "used in place (project admins)")
+    p.set_defaults(func=cmd_datasets)
 
     p = sub.add_parser("budget", parents=[common], help="a project's budget: spent, reserved, available")
     p.add_argument("project")

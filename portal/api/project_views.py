@@ -15,12 +15,15 @@ from rest_framework.response import Response
 
 from portal.api import queries
 from portal.api.base import PROJECT_PARAM, SLUG_PARAM, ApiView, ListView, query_int
+from portal.api.errors import NotFound
 from portal.api.models import ApiToken, Scope
 from portal.api.permissions import ANY_SCOPE
 from portal.api.schema import BAD_INPUT, COMMON_ERRORS, NOT_FOUND, error
 from portal.api.serializers import (
     BudgetSerializer,
     ClusterSerializer,
+    DatasetCreateSerializer,
+    DatasetSerializer,
     FileSerializer,
     FileUploadSerializer,
     HardwareSerializer,
@@ -32,6 +35,7 @@ from portal.budgets import actions as budgets
 from portal.budgets.queries import budget_of
 from portal.catalog.queries import price_per_node_hour
 from portal.storage import actions as storage
+from portal.storage import datasets
 from portal.storage.queries import visible_files
 
 # ----------------------------------------------------------------------------------------------- catalog
@@ -195,3 +199,47 @@ class FileDownloadView(ApiView):
         return response
 
 
+
+
+class DatasetListCreateView(ListView):
+    serializer_class = DatasetSerializer
+    required_scopes = {"POST": Scope.SUBMIT}
+
+    def get_queryset(self):
+        project = queries.project_or_404(self.request.user, self.kwargs["slug"])
+        return datasets.visible_datasets(self.request.user, project)
+
+    @extend_schema(parameters=[SLUG_PARAM], responses={200: DatasetSerializer(many=True), **COMMON_ERRORS, **NOT_FOUND},
+                   summary="A project's datasets (what jobs attach by name)")
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+    @extend_schema(
+        parameters=[SLUG_PARAM], request=DatasetCreateSerializer,
+        responses={201: DatasetSerializer, **BAD_INPUT, 409: error("the project has a dataset of this name"),
+                   **COMMON_ERRORS, **NOT_FOUND},
+        summary="Name a file or folder of the project as a dataset, or (project admins) register a cluster path, "
+                "which a worker then checks on the cluster (state `checking`, then `ready` or `refused`)",
+    )
+    def post(self, request, slug: str):
+        project = queries.project_or_404(request.user, slug)
+        body = DatasetCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        cluster = queries.visible_clusters(request.user).filter(slug=data["cluster"]).first() if data["cluster"] else None
+        if data["cluster"] and cluster is None:
+            raise NotFound(f"cluster {data['cluster']!r} not found", field="cluster")
+        dataset = datasets.create_dataset(request.user, project, name=data["name"], path=data["path"],
+                                          prefix=data["prefix"], cluster=cluster, cluster_path=data["cluster_path"])
+        return Response(DatasetSerializer(dataset, context={"request": request}).data, status=status.HTTP_201_CREATED)
+
+
+class DatasetDetailView(ApiView):
+    @extend_schema(parameters=[SLUG_PARAM], responses={200: DatasetSerializer, **COMMON_ERRORS, **NOT_FOUND},
+                   summary="One dataset, by name (a registered path's check result included)")
+    def get(self, request, slug: str, name: str):
+        project = queries.project_or_404(request.user, slug)
+        dataset = datasets.visible_datasets(request.user, project).filter(name=name).first()
+        if dataset is None:
+            raise NotFound(f"dataset {name!r} not found in project {project.slug}")
+        return Response(DatasetSerializer(dataset, context={"request": request}).data)

@@ -13,7 +13,9 @@ from portal.budgets.actions import Money
 from portal.budgets.display import amount_text
 from portal.jobs.actions import format_walltime
 from portal.jobs.models import Job, JobState
+from portal.jobs.specs import attached_datasets
 from portal.projects.models import Role
+from portal.storage.models import DatasetKind, DatasetState
 
 # ------------------------------------------------------------------------------------------------- common
 
@@ -189,6 +191,9 @@ class JobSubmitSerializer(serializers.Serializer):
     notebook = FlexibleJSONField(required=False, allow_null=True, default=None,
                                  help_text="a Jupyter notebook (the .ipynb JSON) to run with papermill instead of a script")
     parameters = serializers.DictField(required=False, default=dict, help_text="papermill parameters of the notebook")
+    datasets = serializers.ListField(child=serializers.CharField(), required=False, default=list, max_length=50,
+                                     help_text="names of the project's datasets; the job reads each at "
+                                               "$KAKEHASHI_DATA/<name>")
     dry_run = serializers.BooleanField(required=False, default=False,
                                        help_text="render the script and estimate the cost; record and reserve nothing")
 
@@ -243,12 +248,17 @@ class JobSerializer(serializers.Serializer):
     array_index = serializers.IntegerField(
         allow_null=True, help_text="its element number when the sweep was submitted as one scheduler array"
     )
+    datasets = serializers.SerializerMethodField(help_text="the datasets it was given, each at $KAKEHASHI_DATA/<name>")
     outputs = serializers.SerializerMethodField(help_text="files the job left in outputs/: path, size, url")
     url = serializers.SerializerMethodField(help_text="the job's page in the portal")
 
     @extend_schema_field(serializers.ChoiceField(choices=[("draft", "Draft (dry run)"), *JobState.choices]))
     def get_state(self, job: Job) -> str:
         return job.state if job.pk is not None else "draft"
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_datasets(self, job: Job) -> list[str]:
+        return [d.name for d in attached_datasets(job)]
 
     @extend_schema_field(ArtifactSerializer(many=True))
     def get_outputs(self, job: Job) -> list[dict[str, Any]]:
@@ -389,6 +399,34 @@ class FileSerializer(serializers.Serializer):
 
     def get_download_url(self, stored) -> str:
         return absolute_url(self.context, "api-file-download", stored.project.slug, stored.pk)
+
+
+class DatasetSerializer(serializers.Serializer):
+    """A dataset: what a job attaches by name and reads at $KAKEHASHI_DATA/<name>."""
+
+    id = serializers.IntegerField()
+    project = serializers.SlugField(source="project.slug")
+    name = serializers.CharField()
+    kind = serializers.ChoiceField(choices=DatasetKind.choices)
+    source = serializers.CharField(help_text="the file, the folder (ending in /) or cluster:path")
+    cluster = serializers.SlugField(source="cluster.slug", allow_null=True)
+    size = serializers.IntegerField(source="current_size", allow_null=True, help_text="where known")
+    sha256 = serializers.CharField(source="current_sha256", allow_blank=True, help_text="a file's")
+    state = serializers.ChoiceField(choices=DatasetState.choices)
+    reason = serializers.CharField(allow_blank=True, help_text="why a registered path was refused")
+    created_at = serializers.DateTimeField()
+
+
+class DatasetCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(help_text="letters, digits, '.', '_', '-': the job reads $KAKEHASHI_DATA/<name>")
+    path = serializers.CharField(required=False, allow_blank=True, default="", help_text="a file of the project")
+    prefix = serializers.CharField(required=False, allow_blank=True, default="",
+                                   help_text="a folder of the project: every file under it")
+    cluster = serializers.CharField(required=False, allow_blank=True, default="",
+                                    help_text="with cluster_path: the cluster it is on (project admins only)")
+    cluster_path = serializers.CharField(required=False, allow_blank=True, default="", trim_whitespace=False,
+                                         help_text="an absolute path inside the project's storage on that cluster, "
+                                                   "used in place")
 
 
 class FileUploadSerializer(serializers.Serializer):

@@ -20,6 +20,8 @@ v1 = [
          name="api-upload-parts"),
     path("projects/<slug:slug>/uploads/<uuid:upload_id>/complete/", upload_views.UploadCompleteView.as_view(),
          name="api-upload-complete"),
+    path("projects/<slug:slug>/datasets/", project_views.DatasetListCreateView.as_view(), name="api-datasets"),
+    path("projects/<slug:slug>/datasets/<str:name>/", project_views.DatasetDetailView.as_view(), name="api-dataset"),
     path("clusters/", project_views.ClusterListView.as_view(), name="api-clusters"),
     path("hardware/", project_views.HardwareListView.as_view(), name="api-hardware"),
     path("software/", project_views.SoftwareListView.as_view(), name="api-software"),

@@ -129,6 +129,7 @@ def _job_request(user, data: dict) -> actions.JobRequest:
         env=data["env"],
         notebook=data["notebook"],
         parameters=data["parameters"],
+        datasets=data["datasets"],
     )
 
 
@@ -276,13 +277,19 @@ class JobOutputDownloadView(ApiView):
         return super().perform_content_negotiation(request, force=True)
 
     @extend_schema(
-        responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, **COMMON_ERRORS, **NOT_FOUND},
-        summary="Download a file the job left in outputs/ (those copied into the portal)",
+        responses={(200, "application/octet-stream"): OpenApiTypes.BINARY,
+                   302: OpenApiResponse(description="Location: a presigned GET of the object store"),
+                   **COMMON_ERRORS, **NOT_FOUND},
+        summary="Download a file the job left in outputs/ (with an object store: a redirect to a presigned URL)",
     )
     def get(self, request, pk: int, artifact_id: int):
         job = queries.job_or_404(request.user, pk)
         artifact = job.artifacts.filter(pk=artifact_id).exclude(stored_name="").first()
         if artifact is None:
             raise NotFound("no such output of this job in the portal (too large ones stay on the cluster)")
+        url = storage.job_output_url(artifact.stored_name, artifact.path.rsplit("/", 1)[-1])
+        if url is not None:
+            # The store serves the bytes (Range requests work), never the portal.
+            return Response(status=status.HTTP_302_FOUND, headers={"Location": url})
         return FileResponse(storage.open_job_output(artifact.stored_name), as_attachment=True,
                             filename=artifact.path.rsplit("/", 1)[-1], content_type="application/octet-stream")

@@ -59,7 +59,7 @@ class ClusterAccountAdmin(admin.ModelAdmin):
 
 @admin.register(Allocation)
 class AllocationAdmin(admin.ModelAdmin):
-    list_display = ["project", "cluster", "group"]
+    list_display = ["project", "cluster", "group", "data_root"]
     list_filter = ["cluster"]
     filter_horizontal = ["hardware"]
 

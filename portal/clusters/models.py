@@ -105,6 +105,13 @@ class Allocation(models.Model):
     )
     # Hardware types the project may use on this cluster; none chosen = all of them.
     hardware = models.ManyToManyField("catalog.HardwareType", blank=True)
+    # The project's own storage there (a TSUBAME group disk, /gs/bs/tga-GROUP): paths registered as datasets
+    # must resolve inside it. Blank: no cluster path may be registered for this project on this cluster.
+    data_root = models.CharField(
+        max_length=1024, blank=True,
+        validators=[RegexValidator(r"^/[^\x00-\x1f\x7f]*$", "an absolute path without control characters")],
+        help_text="absolute path of the project's storage on this cluster; registered datasets must lie inside it",
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["project", "cluster"], name="one_allocation_per_cluster")]

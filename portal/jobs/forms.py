@@ -13,7 +13,7 @@ from portal.catalog.models import HardwareType, Software
 from portal.jobs import notebooks
 from portal.jobs.models import Job
 from portal.projects.models import Project
-from portal.storage.models import StoredFile
+from portal.storage.models import Dataset, StoredFile
 
 # The form's inputs for a notebook's parameters are named PARAM_PREFIX + the parameter's name.
 PARAM_PREFIX = "param_"
@@ -82,6 +82,11 @@ class JobForm(forms.Form):
     )
     # A notebook already read (a refused submit, a clone): kept so that nothing has to be chosen again.
     notebook_json = forms.CharField(required=False, widget=forms.HiddenInput)
+    datasets = forms.ModelMultipleChoiceField(
+        queryset=Dataset.objects.none(), required=False, label="Datasets",
+        help_text="Optional: data of the project the job reads at $KAKEHASHI_DATA/<name> (staged to the cluster before "
+                  "it is queued; a copy already there is not sent again).",
+    )
     env = forms.CharField(
         required=False,
         label="Environment variables",
@@ -96,9 +101,11 @@ class JobForm(forms.Form):
     draft = forms.UUIDField(widget=forms.HiddenInput, required=False)
 
     def __init__(self, *args, projects=None, hardware=None, software=None, stored_notebooks=None, user=None,
-                 **kwargs):
+                 datasets=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.user = user
+        self.fields["datasets"].queryset = datasets if datasets is not None else Dataset.objects.none()
+        self.fields["datasets"].label_from_instance = lambda d: f"{d.project.slug}: {d.name} ({d.source})"
         self.fields["project"].queryset = projects if projects is not None else Project.objects.none()
         self.fields["stored_notebook"].queryset = stored_notebooks if stored_notebooks is not None else StoredFile.objects.none()
         self.fields["stored_notebook"].label_from_instance = lambda f: f"{f.project.slug}: {f.path}"

@@ -83,6 +83,8 @@ class Job(models.Model):
     template = models.CharField(max_length=50, blank=True, help_text="job template whose files travel with the job")
     working_directory = models.CharField(max_length=255, blank=True, help_text="where the script runs; blank = the job directory")
     procs_per_node = models.PositiveIntegerField(default=0, help_text="0 = one per GPU")
+    # Each at $KAKEHASHI_DATA/<name>; staged onto the cluster by the dispatch worker before the submit.
+    datasets = models.ManyToManyField("storage.Dataset", blank=True, related_name="jobs")
     rendered_script = models.TextField(blank=True, help_text="the exact job script handed to the scheduler")
     submit_command = models.CharField(max_length=500, blank=True, help_text="the command that submits it, in the job directory")
     idempotency_key = models.CharField(max_length=128, null=True, blank=True)

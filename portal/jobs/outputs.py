@@ -3,8 +3,9 @@ and, for a health check, its measurements.
 
 Web requests never reach a cluster (docs/decisions/0004): they read what a worker fetched, and ask for more
 with `request_output_refresh`. Names come from the cluster, so they are untrusted: only plain relative paths are
-kept. Files are copied up to a per-job budget (KAKEHASHI_OUTPUT_COPY_BYTES); larger ones are listed and stay on
-the cluster.
+kept. With an object store, every file of outputs/ is streamed into it under the job (`jobs/<uuid>/outputs/`) and
+downloaded by presigned GETs; on the portal's disk (`make run`) files are copied up to a per-job budget
+(KAKEHASHI_OUTPUT_COPY_BYTES) and larger ones are listed and stay on the cluster.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from portal.clusters.connect import account_for, backend_for
 from portal.enqueue import FETCH_OUTPUT, enqueue
 from portal.jobs import locks
 from portal.jobs.models import FINAL_STATES, Job, JobArtifact, JobOutput, JobState
-from portal.storage.actions import save_job_output
+from portal.storage import objectstore
+from portal.storage.actions import save_job_output, stream_job_output
 
 _SAFE_PATH = re.compile(r"[A-Za-z0-9_.+=,@-]+(/[A-Za-z0-9_.+=,@-]+)*")
 MAX_FILES = 200
@@ -104,7 +106,12 @@ def _collect(job: Job) -> list[JobArtifact]:
         if not _safe(remote.path):
             continue
         stored_name = ""
-        if remote.size <= budget:
+        if objectstore.configured():
+            # All of it, streamed: the object store holds outputs of any size, downloaded by presigned GETs.
+            stored_name = stream_job_output(job.uuid, remote.path,
+                                            backend.stream_file(job.remote_dir, f"{OUTPUTS_DIR}/{remote.path}"),
+                                            remote.size)
+        elif remote.size <= budget:
             data = backend.read_file(job.remote_dir, f"{OUTPUTS_DIR}/{remote.path}", limit=remote.size + 1)
             if len(data) == remote.size:
                 stored_name = save_job_output(job.uuid, remote.path, data)

@@ -40,6 +40,14 @@ def _parameter_files(job) -> dict[str, bytes]:
     return {}
 
 
+def attached_datasets(job) -> list:
+    """The datasets a job is given: those a submit being prepared attached (not saved yet), else the saved ones."""
+    attached = getattr(job, "attached_datasets", None)
+    if attached is None:
+        attached = list(job.datasets.select_related("project", "stored_file", "cluster")) if job.pk else []
+    return sorted(attached, key=lambda d: d.name)
+
+
 def build_spec(job, *, group: str | None = None) -> JobSpec:
     """The JobSpec of a Job (saved or not: the form's preview renders an unsaved one). `group`: the scheduler
     group, when the caller already looked it up (a sweep's points share it)."""
@@ -77,6 +85,7 @@ def build_spec(job, *, group: str | None = None) -> JobSpec:
         cwd=job.working_directory,
         files=files,
         labels={"project": job.project.slug, "job": job.uuid.hex, "user": job.user.username},
+        datasets=tuple(sorted(d.name for d in attached_datasets(job))),
     )
 
 

@@ -22,7 +22,8 @@ from portal.jobs.models import Job, JobGroup, JobState
 from portal.jobs.outputs import request_output_refresh
 from portal.jobs.queries import visible_jobs
 from portal.projects import access
-from portal.storage.actions import open_job_output
+from portal.storage.actions import job_output_url, open_job_output
+from portal.storage.models import Dataset, DatasetState
 from portal.storage.queries import visible_files
 
 # htmx stops polling when a response has this status.
@@ -56,11 +57,16 @@ def _form(request, data=None, initial=None, files=None) -> JobForm:
         software=catalog.software_for_projects(projects),
         stored_notebooks=visible_files(request.user).filter(project__in=projects, path__endswith=".ipynb"),
         user=request.user,
+        datasets=Dataset.objects.filter(project__in=projects, state=DatasetState.READY).select_related(
+            "project", "stored_file", "cluster"),
     )
 
 
 def _request_from(form: JobForm, user) -> actions.JobRequest:
     data = form.cleaned_data
+    chosen = list(data.get("datasets") or [])
+    if any(d.project_id != data["project"].pk for d in chosen):
+        raise actions.SubmitError("choose datasets of the job's own project", field="datasets")
     return actions.JobRequest(
         project=data["project"],
         name=data["name"],
@@ -78,6 +84,7 @@ def _request_from(form: JobForm, user) -> actions.JobRequest:
         uuid=data.get("draft"),
         notebook=data.get("notebook"),
         parameters=data.get("parameters") or {},
+        datasets=[d.name for d in chosen],
     )
 
 
@@ -123,6 +130,7 @@ def _initial(request) -> tuple[dict, list[str]]:
                 template=source.template,
                 working_directory=source.working_directory,
                 procs_per_node=source.procs_per_node,
+                datasets=list(source.datasets.all()),
             )
             if source.notebook is not None:
                 initial.update(notebook_json=json.dumps(source.notebook), parameters=source.parameters or {})
@@ -326,6 +334,9 @@ def job_artifact(request, pk: int, artifact_id: int):
     artifact = get_object_or_404(job.artifacts, pk=artifact_id)
     if not artifact.stored_name:
         raise Http404("this output was too large to copy; it is in the job directory on the cluster")
+    url = job_output_url(artifact.stored_name, artifact.path.rsplit("/", 1)[-1])
+    if url is not None:  # from the object store itself: the portal never streams large outputs
+        return redirect(url)
     return FileResponse(open_job_output(artifact.stored_name), as_attachment=True,
                         filename=artifact.path.rsplit("/", 1)[-1])
 

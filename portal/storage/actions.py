@@ -9,9 +9,11 @@ uploads (portal/storage/uploads.py) and leave by presigned GETs; `store_file` is
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
 import re
 import unicodedata
+from collections.abc import Iterator
 from typing import IO
 
 from django.conf import settings
@@ -207,6 +209,43 @@ def open_file(user, stored: StoredFile) -> File:
 def save_job_output(job_uuid, path: str, data: bytes) -> str:
     """Keep a file a job left in its outputs/ (a checked relative path); the name to open it by later."""
     return default_storage.save(f"jobs/{job_uuid}/outputs/{path}", ContentFile(data))
+
+
+class _ChunkStream(io.RawIOBase):
+    """A read-only stream over an iterator of byte chunks (what a backend streams a cluster file as)."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks, self._rest = chunks, b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not self._rest:
+            try:
+                self._rest = next(self._chunks)
+            except StopIteration:
+                return 0
+        n = min(len(buffer), len(self._rest))
+        buffer[:n] = self._rest[:n]
+        self._rest = self._rest[n:]
+        return n
+
+
+def stream_job_output(job_uuid, path: str, chunks: Iterator[bytes], size: int) -> str:
+    """Stream a file a job left in its outputs/ (a checked relative path) into the object store, whatever its size,
+    holding a few parts in memory at a time; the key to sign its downloads with. Object store only."""
+    key = f"jobs/{job_uuid}/outputs/{path}"
+    objectstore.upload_stream(key, io.BufferedReader(_ChunkStream(chunks), 1 << 20), size)
+    return key
+
+
+def job_output_url(stored_name: str, filename: str) -> str | None:
+    """A presigned GET of a job's kept output (callers check that the job is visible first); None when outputs
+    live on the portal's disk and are streamed by it."""
+    if not objectstore.configured():
+        return None
+    return objectstore.presigned_download(stored_name, filename, settings.KAKEHASHI_DOWNLOAD_URL_SECONDS)
 
 
 def open_job_output(stored_name: str) -> File:

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from portal.storage.models import StoredFile, UploadSession
+from portal.storage.models import Dataset, StoredFile, UploadSession
 
 
 @admin.register(StoredFile)
@@ -23,4 +23,18 @@ class UploadSessionAdmin(admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(Dataset)
+class DatasetAdmin(admin.ModelAdmin):
+    """Datasets are named through the API (checked there, a registered path checked on the cluster by a worker)."""
+
+    list_display = ("name", "project", "kind", "state", "size", "created_by", "created_at")
+    list_filter = ("kind", "state", "project")
+    search_fields = ("name", "prefix", "cluster_path")
+    readonly_fields = ("project", "name", "kind", "stored_file", "prefix", "cluster", "cluster_path", "size", "sha256",
+                       "state", "reason", "created_by", "created_at", "checked_at")
+
+    def has_add_permission(self, request) -> bool:
         return False

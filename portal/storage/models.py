@@ -95,3 +95,68 @@ class UploadPart(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["session", "number"], name="one_checksum_per_part")]
+
+
+class DatasetKind(models.TextChoices):
+    FILE = "file", "Object store file"
+    FOLDER = "folder", "Object store folder"
+    CLUSTER_PATH = "cluster_path", "Registered cluster path"
+
+
+class DatasetState(models.TextChoices):
+    CHECKING = "checking", "Being checked"  # a registered path, until a worker has looked at it on the cluster
+    READY = "ready", "Ready"
+    REFUSED = "refused", "Refused"  # the check failed; `reason` says why
+
+
+class Dataset(models.Model):
+    """Data a job can be given by name: it sees it at $KAKEHASHI_DATA/<name> (docs/decisions/0017).
+
+    A file or a folder (every file under a path prefix) of the project's object store, copied to a cluster's
+    per-project cache when a job there needs it; or a path on one cluster (a TSUBAME group disk) used in place,
+    registered by a project admin and checked, as that admin's account, to lie inside the project's root there
+    (`Allocation.data_root`) and to be readable.
+    """
+
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="datasets")
+    name = models.CharField(max_length=100)
+    kind = models.CharField(max_length=12, choices=DatasetKind.choices)
+    # A file: the file itself (a dataset keeps it: it is not deleted while the dataset exists).
+    stored_file = models.ForeignKey(StoredFile, null=True, blank=True, on_delete=models.PROTECT, related_name="datasets")
+    # A folder: the project-relative path whose files it holds (no trailing "/").
+    prefix = models.CharField(max_length=512, blank=True)
+    # A registered cluster path: where, on which cluster.
+    cluster = models.ForeignKey("clusters.Cluster", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    cluster_path = models.CharField(max_length=1024, blank=True)
+    size = models.PositiveBigIntegerField(null=True, blank=True)  # where known (object store data)
+    sha256 = models.CharField(max_length=64, blank=True)  # a file's
+    state = models.CharField(max_length=10, choices=DatasetState.choices, default=DatasetState.READY)
+    reason = models.CharField(max_length=1000, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    checked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["project__slug", "name"]
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="one_dataset_per_project_name")]
+
+    def __str__(self) -> str:
+        return f"{self.project.slug}:{self.name}"
+
+    @property
+    def current_size(self) -> int | None:
+        """A file's size as it is now (a file replaced by a new upload keeps its row and its datasets)."""
+        return self.stored_file.size if self.stored_file is not None else self.size
+
+    @property
+    def current_sha256(self) -> str:
+        return self.stored_file.sha256 if self.stored_file is not None else self.sha256
+
+    @property
+    def source(self) -> str:
+        """Where the data is, in words a person reads."""
+        if self.kind == DatasetKind.FILE:
+            return self.stored_file.path if self.stored_file else ""
+        if self.kind == DatasetKind.FOLDER:
+            return f"{self.prefix}/"
+        return f"{self.cluster.slug if self.cluster else '?'}:{self.cluster_path}"

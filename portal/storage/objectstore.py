@@ -202,6 +202,26 @@ def object_size(key: str) -> int | None:
         raise
 
 
+def open_stream(key: str):
+    """The object's bytes as a stream (read it in chunks: nothing is held whole in memory)."""
+    return _call("get_object", Key=key)["Body"]
+
+
+def upload_stream(key: str, source, size_hint: int = 0) -> None:
+    """Write a stream to `key` as a multipart upload (boto3's transfer manager: bounded memory, parts in parallel)."""
+    from boto3.s3.transfer import TransferConfig
+
+    part = max(8 * 1024 * 1024, -(-size_hint // 9000))  # S3 allows 10,000 parts
+    try:
+        client().upload_fileobj(source, bucket(), key, Config=TransferConfig(
+            multipart_threshold=part, multipart_chunksize=part, max_concurrency=4))
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        raise ObjectStoreError(str(error.get("Code") or "Error"), str(error.get("Message") or exc)) from None
+    except BotoCoreError as exc:
+        raise ObjectStoreError("Unreachable", f"the object store could not be reached ({exc.__class__.__name__})") from None
+
+
 def put_empty_object(key: str) -> None:
     _call("put_object", Key=key, Body=b"", ContentType="application/octet-stream")
 

@@ -1,10 +1,14 @@
-from __future__ import annotations
-
 from celery import shared_task
 
-from portal.storage import uploads
+from backends.base import BackendError, TransportError
+from portal.storage import datasets, uploads
 
 
 @shared_task
 def abort_abandoned_uploads_task() -> int:
     return uploads.abort_abandoned_uploads()
+
+
+@shared_task(autoretry_for=(BackendError, TransportError), retry_backoff=5, max_retries=20)
+def verify_dataset_task(dataset_id: int, user_id: int) -> str:
+    return datasets.verify_dataset(dataset_id, user_id)

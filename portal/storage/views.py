@@ -12,6 +12,7 @@ from portal.catalog.queries import submittable_projects
 from portal.projects import access
 from portal.storage import actions, objectstore, quota
 from portal.storage.forms import UploadForm
+from portal.storage.models import Dataset
 from portal.storage.queries import visible_files
 
 
@@ -40,15 +41,19 @@ def data_page(request):
     else:
         form = UploadForm(projects=projects, initial={"project": request.GET.get("project") or None})
     files = visible_files(request.user)
+    datasets = Dataset.objects.filter(project__in=access.visible_projects(request.user)).select_related(
+        "project", "stored_file", "cluster")
     project_filter = request.GET.get("project") or ""
     if project_filter:
         files = files.filter(project__slug=project_filter)
+        datasets = datasets.filter(project__slug=project_filter)
     return render(request, "storage/data.html", {
         "direct_upload": objectstore.configured(),
         "upload_projects": projects,
         "quotas": [(p.slug, quota.usage(p)) for p in projects[:20]],
         "form": form,
         "files": files[:500],
+        "datasets": datasets[:500],
         "projects": access.visible_projects(request.user),
         "project_filter": project_filter,
         "can_upload": projects.exists(),

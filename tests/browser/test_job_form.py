@@ -72,3 +72,24 @@ def test_a_multi_line_script_typed_in_the_browser_reaches_the_job_with_unix_line
     page.get_by_role("button", name="Run", exact=True).click()
     expect(page).to_have_url(re.compile(r"/jobs/\d+/$"))
     assert Job.objects.get().script.split("\n") == ["echo one", "sleep 1"]
+
+
+def test_a_dataset_chosen_in_the_form_shows_in_the_preview_and_the_job_page(page, live_server, local_site):
+    from portal.jobs.models import Job
+    from portal.storage.models import Dataset, StoredFile
+
+    stored = StoredFile.objects.create(project=local_site.project, path="models/weights.bin", size=5,
+                                       storage_name="projects/vision/models/weights.bin", sha256="ab" * 32)
+    Dataset.objects.create(project=local_site.project, name="weights", kind="file", stored_file=stored, size=5)
+    log_in(page, live_server.url, "alice")
+    open_new_job_form(page)
+    job_form_field(page, "Hardware").select_option(str(local_site.hardware.pk))
+    job_form_field(page, "Name").fill("with-weights")
+    job_form_field(page, "Script").fill('ls -l "$KAKEHASHI_DATA/weights"\n')
+    job_form_field(page, "Datasets").select_option(label="vision: weights (models/weights.bin)")
+    expect(page.locator("#script-preview")).to_contain_text("export KAKEHASHI_DATA=")
+    expect(page.locator("#script-preview")).to_contain_text("# datasets, each at $KAKEHASHI_DATA/<name>: weights")
+    page.get_by_role("button", name="Run", exact=True).click()
+    expect(page).to_have_url(re.compile(r"/jobs/\d+/$"))
+    expect(page.get_by_text("$KAKEHASHI_DATA/weights", exact=True)).to_be_visible()
+    assert [d.name for d in Job.objects.get().datasets.all()] == ["weights"]

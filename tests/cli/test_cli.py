@@ -300,3 +300,43 @@ def test_budget(logged_in):
     data = logged_in("budget", "vision", "--json").json()
     assert data["available"] == "100.0000" and data["unit"] == "points"
     assert logged_in("budget", "nlp").code == 3
+
+
+def test_submit_with_data_gives_the_job_the_dataset_and_outputs_lists_and_downloads_what_it_left(
+        logged_in, tmp_path, local_site, live_worker):
+    data = tmp_path / "weights.bin"
+    data.write_bytes(os.urandom(3 * 1024 * 1024 + 1))
+    assert logged_in("upload", str(data), "--project", "vision", "--dest", "models/").code == 0
+    bad = logged_in("datasets", "vision", "--add", "../w", "--path", "models/weights.bin")
+    assert bad.code == 3 and "[name]" in bad.err and "not a valid dataset name" in bad.err
+    made = logged_in("datasets", "vision", "--add", "weights", "--path", "models/weights.bin")
+    assert made.code == 0, made.err
+    assert made.out.startswith("Dataset weights in vision: models/weights.bin.")
+    listed = logged_in("datasets", "vision")
+    assert listed.out.split()[:3] == ["weights", "ready", "3.0"]
+    assert logged_in("datasets", "nlp").code == 3  # not a member: 404
+    script = tmp_path / "reads.sh"
+    script.write_text('sha256sum "$KAKEHASHI_DATA/weights" | tee "$KAKEHASHI_OUTPUT_DIR/digest.txt"\n'
+                      'cp "$KAKEHASHI_DATA/weights" "$KAKEHASHI_OUTPUT_DIR/copy.bin"\n')
+    unknown = logged_in("submit", str(script), "--project", "vision", "--hardware", "local-cpu", "--data", "nope")
+    assert unknown.code == 3 and "[datasets]" in unknown.err and "no dataset named 'nope'" in unknown.err
+    submitted = logged_in("--json", "submit", str(script), "--project", "vision", "--hardware", "local-cpu",
+                          "--walltime", "10m", "--data", "weights")
+    assert submitted.code == 0, submitted.err
+    job_id = submitted.json()["id"]
+    assert submitted.json()["datasets"] == ["weights"]
+    job = Job.objects.get(pk=job_id)
+    for _ in range(120):
+        if job.artifacts.count() == 2:
+            break
+        time.sleep(0.5)
+    listing = logged_in("outputs", str(job_id))
+    assert listing.code == 0 and "digest.txt" in listing.out and "copy.bin" in listing.out
+    saved = tmp_path / "got.bin"
+    got = logged_in("outputs", str(job_id), "--get", "copy.bin", "-o", str(saved))
+    assert got.code == 0, got.err
+    assert saved.read_bytes() == data.read_bytes()  # through the store's presigned URL, byte for byte
+    digest = logged_in("outputs", str(job_id), "--get", "digest.txt", "-o", str(tmp_path / "digest.txt"))
+    assert digest.code == 0 and hashlib.sha256(data.read_bytes()).hexdigest() in (tmp_path / "digest.txt").read_text()
+    missing = logged_in("outputs", str(job_id), "--get", "../etc/passwd")
+    assert missing.code == 3 and "no output" in missing.err

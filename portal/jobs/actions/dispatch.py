@@ -1,7 +1,9 @@
 """Dispatch and recovery: a queued job, or a sweep's whole array, handed to its scheduler exactly once.
 
 One way for both (docs/decisions/0002, 0005): take a lease on the waiting jobs under their row locks; look
-before submitting again (the scheduler may have the job from an attempt whose reply was lost); submit; record
+before submitting again (the scheduler may have the job from an attempt whose reply was lost); stage the job's
+datasets onto the cluster (docs/decisions/0017: idempotent, so a retry copies nothing twice; data the job can
+never have fails it before anything is queued); submit; record
 the scheduler's id with a compare-and-swap on the jobs still SUBMITTING. A refusal fails them; a scheduler that
 cannot be reached releases the lease for the retry. `recover_stale_jobs` re-sends what a lost message or a dead
 worker left behind.
@@ -17,12 +19,14 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from backends.base import BackendError, JobSpec, SubmitRefused, TransportError
+from backends.base import BackendError, DataRefused, JobSpec, SubmitRefused, TransportError
 from portal.clusters.connect import NoClusterAccount, account_for, backend_for
 from portal.enqueue import CANCEL_JOB, DISPATCH_JOB, enqueue
 from portal.jobs import events, locks, transitions
 from portal.jobs.models import Job, JobGroup, JobState
-from portal.jobs.specs import build_array_spec, build_spec
+from portal.jobs.specs import attached_datasets, build_array_spec, build_spec
+from portal.storage.datasets import data_inputs
+from portal.storage.objectstore import ObjectStoreError
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +51,12 @@ class _Handover:
     @property
     def noun(self) -> str:
         return "job" if self.group_id is None else "array"
+
+    def locked_view(self) -> list[Job]:
+        """The jobs of this handover, read without locks (for notes)."""
+        if self.group_id is None:
+            return [self.first]
+        return list(Job.objects.filter(group_id=self.group_id, state=JobState.SUBMITTING))
 
     def locked(self) -> list[Job]:
         if self.group_id is None:
@@ -123,7 +133,18 @@ def _hand_over(handover: _Handover) -> DispatchOutcome:
     try:
         backend = backend_for(first.cluster, account_for(first.cluster, first.user, first.project))
         existing = backend.find(handover.spec) if handover.attempts > 1 else None
-        submitted = existing or backend.submit(handover.spec, first.rendered_script)
+        if not existing:
+            spec = _staged(backend, handover)
+            submitted = backend.submit(spec, first.rendered_script)
+        else:
+            submitted = existing
+    except DataRefused as exc:
+        with transaction.atomic():
+            for job in handover.locked():
+                if job.state == JobState.SUBMITTING:
+                    transitions.transition(job, JobState.FAILED, reason=f"the job's data could not be staged: {exc}",
+                                           ended_at=timezone.now())
+        return DispatchOutcome("refused", str(exc))
     except SubmitRefused as exc:
         with transaction.atomic():
             for job in handover.locked():
@@ -131,7 +152,7 @@ def _hand_over(handover: _Handover) -> DispatchOutcome:
                     transitions.transition(job, JobState.FAILED, reason=f"the scheduler refused the {handover.noun}: {exc}",
                                            ended_at=timezone.now())
         return DispatchOutcome("refused", str(exc))
-    except (BackendError, TransportError, NoClusterAccount) as exc:
+    except (BackendError, TransportError, NoClusterAccount, ObjectStoreError) as exc:
         with transaction.atomic():
             # Release the lease so the retry (or the recovery sweep) may take over at once.
             transitions.update([j for j in handover.locked() if j.state == JobState.SUBMITTING],
@@ -160,6 +181,26 @@ def _hand_over(handover: _Handover) -> DispatchOutcome:
     for job in dropped:
         _delete_dropped_element(backend, job, submitted)
     return DispatchOutcome("found" if existing else "submitted", submitted)
+
+
+def _staged(backend, handover: _Handover) -> JobSpec:
+    """The spec to submit once the job's datasets are on the cluster (a note on each job says what moved)."""
+    first = handover.first
+    attached = attached_datasets(first)
+    if not attached:
+        return handover.spec
+    def renew_lease() -> None:
+        # Copying a large dataset may outlast the lease: keep it, so no other attempt takes over and submits.
+        with transaction.atomic():
+            transitions.update([j for j in handover.locked() if j.state == JobState.SUBMITTING],
+                               dispatch_lease_until=timezone.now() + _lease_time())
+
+    spec, report = backend.stage_data(handover.spec, first.project.slug, data_inputs(attached, first.cluster),
+                                      heartbeat=renew_lease)
+    names = ", ".join(d.name for d in attached)
+    for job in handover.locked_view():
+        events.noted(job, f"staged dataset(s) {names}: {report.summary()}")
+    return spec
 
 
 def _delete_dropped_element(backend, job: Job, array_id: str) -> None:

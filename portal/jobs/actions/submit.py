@@ -32,6 +32,8 @@ from portal.jobs.models import Job
 from portal.jobs.specs import build_spec, scheduler_name
 from portal.projects import access
 from portal.projects.models import Project
+from portal.storage import datasets as storage_datasets
+from portal.storage.errors import StorageError
 
 
 @dataclass
@@ -66,6 +68,12 @@ def prepare_job(user, req: JobRequest, *, require_account: bool = True) -> Submi
         account = None
         warnings.append(str(exc))
 
+    try:
+        attached = storage_datasets.attachable(req.project, req.datasets)
+        storage_datasets.check_cluster(attached, cluster)
+    except StorageError as exc:
+        raise SubmitError(exc.message, field="datasets") from None
+
     job_uuid = req.uuid or uuid_mod.uuid4()
     name = scheduler_name(job_uuid, req.name)
     job = Job(
@@ -76,6 +84,7 @@ def prepare_job(user, req: JobRequest, *, require_account: bool = True) -> Submi
         parameters=req.parameters or {}, env=req.env or {}, scheduler_name=name, remote_dir=job_dir(cluster, name),
         account_username=account.username if account else "",
     )
+    job.attached_datasets = attached
     job.rendered_script, job.submit_command = rendered(renderer_for(cluster), build_spec(job), req.edited_script)
 
     estimate = None
@@ -123,6 +132,9 @@ def record_jobs(jobs: list[Job], user, *, reason: str, dispatch: list[Job]) -> N
     """Save prepared jobs of one project with their first events and one reservation for all of them (all fit a
     strict budget or none is recorded), and dispatch `dispatch` once committed. In a transaction."""
     transitions.record_new(jobs, reason=reason, actor=user)
+    for job in jobs:
+        if getattr(job, "attached_datasets", None):
+            job.datasets.set(job.attached_datasets)
     project = jobs[0].project
     try:
         budgets.reserve_many(project, [(j, j.estimate_amount) for j in jobs if j.estimate_amount is not None],

@@ -145,6 +145,7 @@ def _sibling(first: Submission, name: str, parameters: dict[str, Any], *, render
     # The related rows the first point already loaded: no query per point.
     job.project, job.user, job.cluster = first.job.project, first.job.user, first.job.cluster
     job.hardware, job.software = first.job.hardware, first.job.software
+    job.attached_datasets = getattr(first.job, "attached_datasets", [])
     job.uuid = uuid_mod.uuid4()
     job.name, job.parameters = name, parameters
     job.scheduler_name = scheduler_name(job.uuid, name)

@@ -95,6 +95,7 @@ class JobRequest:
     parameters: dict[str, Any] = field(default_factory=dict)
     edited_script: str | None = None  # advanced mode: the user's edit of the rendered job script
     uuid: uuid_mod.UUID | None = None  # the preview's id, so what was previewed is what is submitted
+    datasets: list[str] = field(default_factory=list)  # names of the project's datasets: $KAKEHASHI_DATA/<name>
 
 
 def granted_cluster_and_hardware(req: JobRequest) -> tuple[Cluster, HardwareType | None]:
