@@ -148,9 +148,18 @@ def to_html(executed: bytes) -> str:
     import nbformat
     from nbconvert import HTMLExporter
 
-    nb = nbformat.reads(executed.decode("utf-8", "replace"), as_version=4)
+    try:
+        nb = nbformat.reads(executed.decode("utf-8", "replace"), as_version=4)
+    except Exception as exc:  # noqa: BLE001 - the job wrote something papermill did not: say so, do not fail the page
+        return not_shown(f"outputs/notebook.ipynb is not a notebook nbconvert can read ({type(exc).__name__}): download it from the job page.")
     exporter = HTMLExporter(template_name="classic")
     # No scripts at all (MathJax, widgets, require.js come from CDNs): the sandbox would refuse them anyway.
     exporter.exclude_input_prompt = False
     body, _ = exporter.from_notebook_node(nb)
     return body
+
+
+def not_shown(message: str) -> str:
+    from django.utils.html import escape
+
+    return f"<!DOCTYPE html><html lang=\"en\"><meta charset=\"utf-8\"><title>Executed notebook</title><p>{escape(message)}</p></html>\n"

@@ -315,8 +315,13 @@ def job_executed_notebook(request, pk: int):
     artifact = job.artifacts.filter(path=notebooks.EXECUTED_NOTEBOOK).exclude(stored_name="").first()
     if artifact is None:
         raise Http404("this job has no executed notebook (yet)")
-    with open_job_output(artifact.stored_name) as f:
-        html = notebooks.to_html(f.read(settings.KAKEHASHI_MAX_NOTEBOOK_BYTES * 4))
+    limit = settings.KAKEHASHI_MAX_NOTEBOOK_BYTES * 4  # outputs (plots) make an executed notebook grow
+    if artifact.size > limit:
+        html = notebooks.not_shown(f"The executed notebook is {artifact.size // 2**20} MiB, too large to show here: "
+                                   "download notebook.ipynb from the job page.")
+    else:
+        with open_job_output(artifact.stored_name) as f:
+            html = notebooks.to_html(f.read(limit + 1))
     response = HttpResponse(html, content_type="text/html; charset=utf-8")
     response["Content-Security-Policy"] = notebooks.SANDBOX_POLICY
     return response
