@@ -150,3 +150,17 @@ def test_clone_and_edit_of_a_notebook_job_brings_the_notebook_and_its_values_bac
     assert response.status_code == 302
     again = Job.objects.get(name="nb-again")
     assert again.notebook == job.notebook and again.parameters == {"lr": 0.3}
+
+
+def test_a_kernel_the_chosen_software_does_not_provide_is_refused_on_the_software_field(client, local_site):
+    from portal.catalog.models import Software
+
+    r_env = Software.objects.create(slug="r-4", name="R 4.4 (modules)", kind=Software.Kind.MODULES, modules=["R/4.4"],
+                                    kernels=["ir"])
+    r_env.clusters.add(local_site.cluster)
+    client.force_login(local_site.alice)
+    response = client.post(reverse("job-new"), _form(local_site, notebook_file=upload(notebook()), software=r_env.pk))
+    assert response.context["form"].errors["software"] == [
+        "the notebook's kernel 'python3' is not provided by R 4.4 (modules) (it provides: ir); choose other software "
+        "or change the notebook's kernel"]
+    _nothing_queued()
