@@ -109,6 +109,28 @@ def parameters_of(notebook: dict[str, Any]) -> list[Parameter] | None:
             for p in found]
 
 
+def parameters_source(notebook: dict[str, Any]) -> str:
+    cell = parameters_cell(notebook)
+    return _source(cell) if cell is not None else ""
+
+
+@dataclass(frozen=True)
+class ParameterInput:
+    """A parameter as the job form offers it: its value is what was typed, else what the job it was cloned from
+    ran with, else the notebook's own."""
+
+    name: str
+    value: str
+    default: str
+    help: str
+
+
+def parameter_inputs(notebook: dict[str, Any], typed: dict[str, str], ran_with: dict[str, Any]) -> list[ParameterInput]:
+    return [ParameterInput(p.name, typed.get(p.name, repr(ran_with[p.name]) if p.name in ran_with else p.default),
+                           p.default, p.help)
+            for p in parameters_of(notebook) or []]
+
+
 class _Cell(dict):
     # papermill's translators read `cell.source`.
     def __init__(self, source: str) -> None:

@@ -88,16 +88,10 @@ def _notebook_context(form: JobForm) -> dict:
         nb = json.loads(form.initial["notebook_json"])
     if nb is None:
         return {"notebook": None}
-    declared = notebooks.parameters_of(nb)
-    cell = notebooks.parameters_cell(nb)
     typed = {k[len(PARAM_PREFIX):]: v for k, v in form.data.items() if k.startswith(PARAM_PREFIX)}
-    initial = form.initial.get("parameters") or {}
-    params = [{"name": p.name, "input": PARAM_PREFIX + p.name, "default": p.default, "help": p.help,
-               "value": typed.get(p.name, repr(initial[p.name]) if p.name in initial else p.default)}
-              for p in declared or []]
-    return {"notebook": nb, "notebook_kernel": notebooks.kernel_of(nb), "notebook_params": params,
-            "parameters_source": "".join(cell["source"]) if cell and isinstance(cell.get("source"), list)
-            else (cell or {}).get("source", "")}
+    inputs = notebooks.parameter_inputs(nb, typed, form.initial.get("parameters") or {})
+    return {"notebook": nb, "notebook_kernel": notebooks.kernel_of(nb), "parameters_source": notebooks.parameters_source(nb),
+            "notebook_params": [{**vars(i), "input": PARAM_PREFIX + i.name} for i in inputs]}
 
 
 def _initial(request) -> dict:
