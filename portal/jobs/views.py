@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 from django.conf import settings
 from django.contrib import messages
@@ -10,6 +11,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_POST
 
@@ -27,6 +29,7 @@ from portal.storage.queries import visible_files
 
 # htmx stops polling when a response has this status.
 STOP_POLLING = 286
+COLLECT_GRACE = timedelta(seconds=15)
 
 
 def _job_or_404(user, pk: int) -> Job:
@@ -197,7 +200,10 @@ def job_detail(request, pk: int):
     job = _job_or_404(request.user, pk)
     if request.htmx and request.GET.get("part") == "outputs":
         response = render(request, "jobs/_outputs.html", {"job": job})
-        if job.is_final and (job.artifacts.exists() or job.outputs.filter(complete=True).exists()):
+        # The final fetch marks the logs complete, then collects outputs/: stop once that had time to happen,
+        # or a page polling in between would never show the files (a notebook job's executed notebook).
+        collected = job.outputs.filter(complete=True, fetched_at__lt=timezone.now() - COLLECT_GRACE).exists()
+        if job.is_final and (job.artifacts.exists() or collected):
             response.status_code = STOP_POLLING
         return response
     return render(request, "jobs/detail.html", _detail_context(request, job))
