@@ -109,6 +109,28 @@ def parameters_of(notebook: dict[str, Any]) -> list[Parameter] | None:
             for p in found]
 
 
+def parameters_source(notebook: dict[str, Any]) -> str:
+    cell = parameters_cell(notebook)
+    return _source(cell) if cell is not None else ""
+
+
+@dataclass(frozen=True)
+class ParameterInput:
+    """A parameter as the job form offers it: its value is what was typed, else what the job it was cloned from
+    ran with, else the notebook's own."""
+
+    name: str
+    value: str
+    default: str
+    help: str
+
+
+def parameter_inputs(notebook: dict[str, Any], typed: dict[str, str], ran_with: dict[str, Any]) -> list[ParameterInput]:
+    return [ParameterInput(p.name, typed.get(p.name, repr(ran_with[p.name]) if p.name in ran_with else p.default),
+                           p.default, p.help)
+            for p in parameters_of(notebook) or []]
+
+
 class _Cell(dict):
     # papermill's translators read `cell.source`.
     def __init__(self, source: str) -> None:
@@ -148,9 +170,18 @@ def to_html(executed: bytes) -> str:
     import nbformat
     from nbconvert import HTMLExporter
 
-    nb = nbformat.reads(executed.decode("utf-8", "replace"), as_version=4)
+    try:
+        nb = nbformat.reads(executed.decode("utf-8", "replace"), as_version=4)
+    except Exception as exc:  # noqa: BLE001 - the job wrote something papermill did not: say so, do not fail the page
+        return not_shown(f"outputs/notebook.ipynb is not a notebook nbconvert can read ({type(exc).__name__}): download it from the job page.")
     exporter = HTMLExporter(template_name="classic")
     # No scripts at all (MathJax, widgets, require.js come from CDNs): the sandbox would refuse them anyway.
     exporter.exclude_input_prompt = False
     body, _ = exporter.from_notebook_node(nb)
     return body
+
+
+def not_shown(message: str) -> str:
+    from django.utils.html import escape
+
+    return f"<!DOCTYPE html><html lang=\"en\"><meta charset=\"utf-8\"><title>Executed notebook</title><p>{escape(message)}</p></html>\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 from django.conf import settings
 from django.contrib import messages
@@ -10,6 +11,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_POST
 
@@ -28,6 +30,7 @@ from portal.storage.queries import visible_files
 
 # htmx stops polling when a response has this status.
 STOP_POLLING = 286
+COLLECT_GRACE = timedelta(seconds=15)
 
 
 def _job_or_404(user, pk: int) -> Job:
@@ -95,16 +98,10 @@ def _notebook_context(form: JobForm) -> dict:
         nb = json.loads(form.initial["notebook_json"])
     if nb is None:
         return {"notebook": None}
-    declared = notebooks.parameters_of(nb)
-    cell = notebooks.parameters_cell(nb)
     typed = {k[len(PARAM_PREFIX):]: v for k, v in form.data.items() if k.startswith(PARAM_PREFIX)}
-    initial = form.initial.get("parameters") or {}
-    params = [{"name": p.name, "input": PARAM_PREFIX + p.name, "default": p.default, "help": p.help,
-               "value": typed.get(p.name, repr(initial[p.name]) if p.name in initial else p.default)}
-              for p in declared or []]
-    return {"notebook": nb, "notebook_kernel": notebooks.kernel_of(nb), "notebook_params": params,
-            "parameters_source": "".join(cell["source"]) if cell and isinstance(cell.get("source"), list)
-            else (cell or {}).get("source", "")}
+    inputs = notebooks.parameter_inputs(nb, typed, form.initial.get("parameters") or {})
+    return {"notebook": nb, "notebook_kernel": notebooks.kernel_of(nb), "parameters_source": notebooks.parameters_source(nb),
+            "notebook_params": [{**vars(i), "input": PARAM_PREFIX + i.name} for i in inputs]}
 
 
 def _initial(request) -> tuple[dict, list[str]]:
@@ -237,7 +234,10 @@ def job_detail(request, pk: int):
     job = _job_or_404(request.user, pk)
     if request.htmx and request.GET.get("part") == "outputs":
         response = render(request, "jobs/_outputs.html", {"job": job})
-        if job.is_final and (job.artifacts.exists() or job.outputs.filter(complete=True).exists()):
+        # The final fetch marks the logs complete, then collects outputs/: stop once that had time to happen,
+        # or a page polling in between would never show the files (a notebook job's executed notebook).
+        collected = job.outputs.filter(complete=True, fetched_at__lt=timezone.now() - COLLECT_GRACE).exists()
+        if job.is_final and (job.artifacts.exists() or collected):
             response.status_code = STOP_POLLING
         return response
     return render(request, "jobs/detail.html", _detail_context(request, job))
@@ -352,8 +352,13 @@ def job_executed_notebook(request, pk: int):
     artifact = job.artifacts.filter(path=notebooks.EXECUTED_NOTEBOOK).exclude(stored_name="").first()
     if artifact is None:
         raise Http404("this job has no executed notebook (yet)")
-    with open_job_output(artifact.stored_name) as f:
-        html = notebooks.to_html(f.read(settings.KAKEHASHI_MAX_NOTEBOOK_BYTES * 4))
+    limit = settings.KAKEHASHI_MAX_NOTEBOOK_BYTES * 4  # outputs (plots) make an executed notebook grow
+    if artifact.size > limit:
+        html = notebooks.not_shown(f"The executed notebook is {artifact.size // 2**20} MiB, too large to show here: "
+                                   "download notebook.ipynb from the job page.")
+    else:
+        with open_job_output(artifact.stored_name) as f:
+            html = notebooks.to_html(f.read(limit + 1))
     response = HttpResponse(html, content_type="text/html; charset=utf-8")
     response["Content-Security-Policy"] = notebooks.SANDBOX_POLICY
     return response

@@ -92,3 +92,15 @@ def test_a_notebook_sweeps_table_compares_the_points_parameters_beside_their_exe
         row = f'<td><code>3</code></td><td><code>{lr}</code></td>'
         assert row in table
         assert f'<a href="{reverse("job-executed-notebook", args=[job.pk])}" target="_blank" rel="noopener">view</a>' in table
+
+
+def test_a_notebook_file_that_nbconvert_cannot_read_is_said_so_on_its_page_not_an_error(client, local_site, live_worker):
+    job = actions.submit_job(local_site.alice, actions.JobRequest(
+        project=local_site.project, name="not-nb", script='echo "{broken" > "$KAKEHASHI_OUTPUT_DIR/notebook.ipynb"\n',
+        hardware=local_site.hardware, walltime="00:10:00")).job
+    wait_for(lambda: Job.objects.filter(pk=job.pk, artifacts__path="notebook.ipynb").first(), timeout=120,
+             message="the job's output")
+    client.force_login(local_site.alice)
+    rendered = client.get(reverse("job-executed-notebook", args=[job.pk]))
+    assert rendered.status_code == 200 and rendered["Content-Security-Policy"].startswith("sandbox;")
+    assert "outputs/notebook.ipynb is not a notebook nbconvert can read" in rendered.content.decode()

@@ -133,3 +133,34 @@ def test_a_refused_notebook_submit_keeps_the_notebook_and_the_typed_values(clien
     # Submitted again without choosing the file again: the kept notebook is the one that runs.
     response = client.post(reverse("job-new"), _form(local_site, notebook_json=kept, param_lr="0.7"))
     assert response.status_code == 302 and Job.objects.get().parameters == {"lr": 0.7}
+
+
+def test_clone_and_edit_of_a_notebook_job_brings_the_notebook_and_its_values_back(client, local_site):
+    client.force_login(local_site.alice)
+    client.post(reverse("job-new"), _form(local_site, notebook_file=upload(notebook()), param_lr="0.3"))
+    job = Job.objects.get()
+    page = client.get(reverse("job-new") + f"?clone={job.pk}").content.decode()
+    assert 'name="param_lr" id="id_param_lr" value="0.3"' in page  # the value it ran with
+    assert 'name="param_epochs" id="id_param_epochs" value="2"' in page  # the notebook's own
+    assert 'name="notebook_json"' in page and "python -m papermill" not in page
+    # Run again as it is: the same notebook, nothing chosen again.
+    form = client.get(reverse("job-new") + f"?clone={job.pk}").context["form"]
+    response = client.post(reverse("job-new"), _form(local_site, name="nb-again", notebook_json=form.initial["notebook_json"],
+                                                      param_lr="0.3"))
+    assert response.status_code == 302
+    again = Job.objects.get(name="nb-again")
+    assert again.notebook == job.notebook and again.parameters == {"lr": 0.3}
+
+
+def test_a_kernel_the_chosen_software_does_not_provide_is_refused_on_the_software_field(client, local_site):
+    from portal.catalog.models import Software
+
+    r_env = Software.objects.create(slug="r-4", name="R 4.4 (modules)", kind=Software.Kind.MODULES, modules=["R/4.4"],
+                                    kernels=["ir"])
+    r_env.clusters.add(local_site.cluster)
+    client.force_login(local_site.alice)
+    response = client.post(reverse("job-new"), _form(local_site, notebook_file=upload(notebook()), software=r_env.pk))
+    assert response.context["form"].errors["software"] == [
+        "the notebook's kernel 'python3' is not provided by R 4.4 (modules) (it provides: ir); choose other software "
+        "or change the notebook's kernel"]
+    _nothing_queued()
