@@ -152,29 +152,33 @@ def reserve_many(project, estimates: list[tuple[Any, Decimal]], *, actor=None) -
 
 def settle(job, actual: Decimal | None, *, note: str = "") -> None:
     """Charge the actual cost and release the reservation. Idempotent; call inside the job's transaction."""
-    reservation = LedgerEntry.objects.filter(job=job, kind=LedgerEntry.Kind.RESERVE).first()
-    if reservation is None:
+    settle_many([(job, actual)], note=note)
+
+
+def settle_many(endings: list[tuple[Any, Decimal | None]], *, note: str = "") -> None:
+    """`settle` for many ended jobs at once (a tracking cycle): their budget rows locked in pk order, one read of
+    what is settled already, one INSERT. Idempotent; call inside the jobs' transaction (their rows locked)."""
+    if not endings:
         return
-    locks.budget(reservation.budget_id)
-    done = set(LedgerEntry.objects.filter(job=job).values_list("kind", flat=True))
-    if actual is not None and LedgerEntry.Kind.SETTLE not in done:
-        LedgerEntry.objects.create(
-            budget_id=reservation.budget_id,
-            job=job,
-            kind=LedgerEntry.Kind.SETTLE,
-            amount=actual,
-            period_start=reservation.period_start,
-            note=note or f"accounting for job {job.pk}",
-        )
-    if LedgerEntry.Kind.RELEASE not in done:
-        LedgerEntry.objects.create(
-            budget_id=reservation.budget_id,
-            job=job,
-            kind=LedgerEntry.Kind.RELEASE,
-            amount=reservation.amount,
-            period_start=reservation.period_start,
-            note=f"release of job {job.pk}'s reservation",
-        )
+    jobs = {job.pk: (job, actual) for job, actual in endings}
+    reservations = {entry.job_id: entry for entry in
+                    LedgerEntry.objects.filter(job_id__in=list(jobs), kind=LedgerEntry.Kind.RESERVE)}
+    if not reservations:
+        return
+    locks.budgets(sorted({entry.budget_id for entry in reservations.values()}))
+    done = set(LedgerEntry.objects.filter(job_id__in=list(reservations)).values_list("job_id", "kind"))
+    entries = []
+    for job_id, reservation in reservations.items():
+        job, actual = jobs[job_id]
+        if actual is not None and (job_id, LedgerEntry.Kind.SETTLE) not in done:
+            entries.append(LedgerEntry(
+                budget_id=reservation.budget_id, job=job, kind=LedgerEntry.Kind.SETTLE, amount=actual,
+                period_start=reservation.period_start, note=note or f"accounting for job {job.pk}"))
+        if (job_id, LedgerEntry.Kind.RELEASE) not in done:
+            entries.append(LedgerEntry(
+                budget_id=reservation.budget_id, job=job, kind=LedgerEntry.Kind.RELEASE, amount=reservation.amount,
+                period_start=reservation.period_start, note=f"release of job {job.pk}'s reservation"))
+    LedgerEntry.objects.bulk_create(entries)
 
 
 @transaction.atomic

@@ -30,3 +30,11 @@ def moved(moves: Iterable[tuple[Job, str]], to: str, *, reason: str, actor=None)
 def noted(job: Job, reason: str, *, actor=None) -> None:
     """Something that happened to a job without changing its state."""
     JobEvent.objects.create(job=job, from_state=job.state, to_state=job.state, reason=reason[:MAX_REASON], actor=actor)
+
+
+def moved_each(history: Iterable[tuple[Job, str, str, str]], *, actor=None) -> None:
+    """Jobs moved each from its own state to its own state for its own reason: (job, from, to, reason)."""
+    JobEvent.objects.bulk_create(
+        JobEvent(job=job, from_state=from_state, to_state=to, reason=reason[:MAX_REASON], actor=actor)
+        for job, from_state, to, reason in history
+    )

@@ -8,12 +8,26 @@ transaction.
 
 from __future__ import annotations
 
+from django.db.models import OuterRef, Subquery
+
+from portal.clusters.models import Allocation
 from portal.jobs.models import Job, JobOutput, JobState
 
 
-def job(job_id: int) -> Job:
-    """One job, with what its transitions read (project, cluster, hardware)."""
-    return Job.objects.select_for_update(of=("self",)).select_related("project", "cluster", "hardware").get(pk=job_id)
+def job(job_id: int, *, for_dispatch: bool = False) -> Job:
+    """One job, with what its transitions read (project, cluster, hardware); `for_dispatch` adds what its
+    JobSpec reads (owner, software, the allocation's scheduler group as `allocation_group`) to the same statement."""
+    jobs = Job.objects.select_for_update(of=("self",)).select_related("project", "cluster", "hardware")
+    if for_dispatch:
+        group = Allocation.objects.filter(project=OuterRef("project_id"), cluster=OuterRef("cluster_id")).values("group")
+        jobs = jobs.select_related("user", "software").annotate(allocation_group=Subquery(group[:1]))
+    return jobs.get(pk=job_id)
+
+
+def jobs(job_ids: list[int]) -> list[Job]:
+    """Many jobs, in pk order, with what their transitions read (a tracking cycle's changes)."""
+    return list(Job.objects.select_for_update(of=("self",)).select_related("project", "cluster", "hardware")
+                .filter(pk__in=job_ids).order_by("pk"))
 
 
 def group_jobs(group_id: int, *, submitting_only: bool = False) -> list[Job]:
