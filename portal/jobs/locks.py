@@ -24,9 +24,19 @@ def job(job_id: int, *, for_dispatch: bool = False) -> Job:
     return jobs.get(pk=job_id)
 
 
+# What a tracking cycle's decisions and transitions read and write of a job (tracking.py, transitions.
+# transition_each): the rest (scripts, notebooks, 40 more columns) would be most of a 10,000-job cycle's CPU.
+# A field missing here is read by one query per job: tests/jobs/test_tracking_scale.py would count them.
+TRACKING_FIELDS = (
+    "id", "state", "state_reason", "updated_at", "started_at", "ended_at", "exit_code", "elapsed_seconds",
+    "cost_amount", "last_seen_at", "submitted_at", "cancel_requested_at", "scheduler_id", "template", "nodes",
+    "estimate_unit", "hardware", "hardware__rate", "hardware__rate_unit",
+)
+
+
 def jobs(job_ids: list[int]) -> list[Job]:
-    """Many jobs, in pk order, with what their transitions read (a tracking cycle's changes)."""
-    return list(Job.objects.select_for_update(of=("self",)).select_related("project", "cluster", "hardware")
+    """Many jobs, in pk order, with what a tracking cycle's transitions read (TRACKING_FIELDS)."""
+    return list(Job.objects.select_for_update(of=("self",)).select_related("hardware").only(*TRACKING_FIELDS)
                 .filter(pk__in=job_ids).order_by("pk"))
 
 

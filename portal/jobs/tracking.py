@@ -7,11 +7,13 @@ backwards and two trackers cannot both apply the same ending.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import uuid as uuid_mod
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
@@ -21,6 +23,7 @@ from portal.clusters.connect import NoClusterAccount, account_for, backend_for, 
 from portal.clusters.models import Cluster
 from portal.jobs import events, locks, transitions
 from portal.jobs.models import FINAL_STATES, TRACKED_STATES, Job, JobState
+from portal.projects.models import Project
 
 logger = logging.getLogger(__name__)
 
@@ -50,21 +53,14 @@ def track_cluster(cluster_id: int) -> TrackReport:
     """One status query for all of a cluster's active jobs; final states from accounting; lost ones flagged."""
     report = TrackReport()
     cluster = Cluster.objects.get(pk=cluster_id)
-    jobs = list(
-        Job.objects.filter(cluster=cluster, state__in=TRACKED_STATES)
-        .exclude(scheduler_id="")
-        .select_related("user", "project")
-        # Not what was asked (scripts, notebooks): at 10,000 jobs reading those would be most of the cycle's CPU.
-        .defer("script", "rendered_script", "notebook", "parameters", "env", "submit_command", "state_reason")
-        .order_by("pk")
-    )
+    jobs = tracked_jobs(cluster)
     if not jobs:
         return report
     ids = [job.scheduler_id for job in jobs]
     report.queried = len(ids)
     try:
         # One identity asks about everyone's jobs: queues are readable by all users (docs/decisions/0003).
-        backend = backend_for(cluster, monitor_account(cluster, [(job.user, job.project) for job in jobs]))
+        backend = backend_for(cluster, monitor_account(cluster, _owners(jobs)))
         statuses = backend.statuses(ids)
         report.scheduler_calls += 1
         gone = [job for job in jobs if job.scheduler_id not in statuses or statuses[job.scheduler_id].state.is_final]
@@ -79,7 +75,33 @@ def track_cluster(cluster_id: int) -> TrackReport:
     return apply_answers(cluster, jobs, statuses, records, report)
 
 
-def apply_answers(cluster: Cluster, jobs: list[Job], statuses: dict[str, JobStatus], records: dict[str, JobRecord],
+@dataclass(frozen=True, slots=True)
+class Tracked:
+    """What a cycle needs of each tracked job before it decides anything (its row is read again, locked, only
+    if the scheduler's answer may move it): a tuple, not a model, as 10,000 models cost a second of CPU."""
+
+    pk: int
+    scheduler_id: str
+    state: str
+    uuid: uuid_mod.UUID
+    user_id: int
+    project_id: int
+
+
+def tracked_jobs(cluster: Cluster) -> list[Tracked]:
+    """The cluster's jobs the scheduler knows and the tracker must ask about, in pk order."""
+    rows = (Job.objects.filter(cluster=cluster, state__in=TRACKED_STATES).exclude(scheduler_id="").order_by("pk")
+            .values_list("pk", "scheduler_id", "state", "uuid", "user_id", "project_id"))
+    return [Tracked(*row) for row in rows]
+
+
+def _owners(jobs: list[Tracked]) -> Iterator[tuple[object, Project]]:
+    """The (user, project) owners of the jobs, read one by one as monitor_account asks (usually only the first)."""
+    for user_id, project_id in dict.fromkeys((job.user_id, job.project_id) for job in jobs):
+        yield get_user_model().objects.get(pk=user_id), Project.objects.get(pk=project_id)
+
+
+def apply_answers(cluster: Cluster, jobs: list[Tracked], statuses: dict[str, JobStatus], records: dict[str, JobRecord],
                   report: TrackReport) -> TrackReport:
     """What the scheduler's answers (queue and accounting) mean for the tracked `jobs`, written in bulk: a fixed
     number of statements per cycle, whatever the number of jobs (bench/tracking.py feeds it scheduler output of
@@ -105,7 +127,7 @@ def apply_answers(cluster: Cluster, jobs: list[Job], statuses: dict[str, JobStat
             if job.state != _STATE_MAP[status.state]:
                 decisions[job.pk] = ("changed", partial(_seen, expected=job.state, new=_STATE_MAP[status.state],
                                                         reason=status.reason))
-        else:
+        elif job.state != JobState.LOST:  # already flagged: nothing to decide until it is heard of again
             decisions[job.pk] = ("lost", partial(_silent, now=now))
         if status is not None and status.stuck:
             stuck.append(job.pk)
@@ -139,7 +161,7 @@ def _apply(decisions: dict[int, tuple[str, Decision]]) -> list[str]:
     return kinds
 
 
-def _accounting_overdue(job: Job, now) -> bool:
+def _accounting_overdue(job: Tracked, now) -> bool:
     """Whether accounting has had its grace period since the queue first said this job ended.
 
     The first sighting lives in the cache: losing it only restarts the wait.

@@ -11,8 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import Enum
 from typing import Any
 
+from django.db import connection
 from django.utils import timezone
 
 from portal import enqueue
@@ -73,11 +75,35 @@ def transition_each(moves: Sequence[Move], *, actor=None) -> None:
     costs = [(job, _actual_cost(job)) for job in endings]
     if any(actual is not None for _, actual in costs):
         changed.add("cost_amount")
-    Job.objects.bulk_update([move.job for move in moves], sorted(changed))
+    _write_each([move.job for move in moves], sorted(changed))
     events.moved_each(history, actor=actor)
     budgets.settle_many(costs)
     for job in endings:
         _after_ending(job)
+
+
+def _write_each(jobs: Sequence[Job], names: Sequence[str]) -> None:
+    """Write each job's own values of `names` in one UPDATE joined to one array per column (unnest).
+
+    Why not bulk_update: its CASE WHEN id = … per row and field costs O(jobs²) in PostgreSQL and much Python per
+    job (1,000 jobs: 9 s); this is one statement with one parameter per column, whatever the number of jobs.
+    """
+    fields = [Job._meta.pk] + [Job._meta.get_field(name) for name in names]
+    quote, table = connection.ops.quote_name, connection.ops.quote_name(Job._meta.db_table)
+    types = [Job._meta.pk.rel_db_type(connection)] + [field.db_type(connection) for field in fields[1:]]
+    columns = ", ".join(quote(field.column) for field in fields)
+    arrays = ", ".join(f"%s::{db_type}[]" for db_type in types)
+    assignments = ", ".join(f"{quote(field.column)} = v.{quote(field.column)}" for field in fields[1:])
+    # The values as Python has them (psycopg adapts datetimes, decimals, None); a state is an enum: its value.
+    values = [[_plain(getattr(job, field.attname)) for job in jobs] for field in fields]
+    with connection.cursor() as cursor:
+        # Identifiers come from the model's own meta; every value is a bound parameter.
+        cursor.execute(f"UPDATE {table} SET {assignments} FROM unnest({arrays}) AS v({columns}) "  # noqa: S608
+                       f"WHERE {table}.{quote(fields[0].column)} = v.{quote(fields[0].column)}", values)
+
+
+def _plain(value: Any) -> Any:
+    return value.value if isinstance(value, Enum) else value
 
 
 def _after_ending(job: Job) -> None:
@@ -109,7 +135,7 @@ def transition_many(jobs: Sequence[Job], to: str, *, reason: str, actor=None, al
         for name, value in fields.items():
             setattr(job, name, value)
     if also:  # values of each job's own: one UPDATE that sets every field row by row
-        Job.objects.bulk_update(jobs, ["state", "state_reason", "updated_at", *fields, *also])
+        _write_each(jobs, ["state", "state_reason", "updated_at", *fields, *also])
     else:
         Job.objects.filter(pk__in=[job.pk for job in jobs]).update(state=to, state_reason=reason, updated_at=now,
                                                                     **fields)
