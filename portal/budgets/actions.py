@@ -6,6 +6,7 @@ concurrent submits are serialised on that row and can never overspend together.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import ROUND_HALF_UP, Decimal
@@ -78,14 +79,19 @@ def period_start(budget: Budget, at: datetime | None = None) -> date:
 
 
 def convert(amount: Decimal, from_unit: str, to_unit: str) -> Decimal:
+    return conversion(from_unit, to_unit)(amount)
+
+
+def conversion(from_unit: str, to_unit: str) -> Callable[[Decimal], Decimal]:
+    """`convert` from one unit to another, looked up once (a report converts many amounts with it)."""
     if from_unit == to_unit:
-        return amount
+        return lambda amount: amount
     direct = UnitConversion.objects.filter(from_unit=from_unit, to_unit=to_unit).first()
     if direct:
-        return amount * direct.factor
+        return lambda amount: amount * direct.factor
     inverse = UnitConversion.objects.filter(from_unit=to_unit, to_unit=from_unit).first()
     if inverse and inverse.factor:
-        return amount / inverse.factor
+        return lambda amount: amount / inverse.factor
     raise NoConversion(f"no conversion from {from_unit} to {to_unit} is set; ask a site admin to add one")
 
 
