@@ -18,9 +18,7 @@ MAX_REASON = 2000
 
 def submitted(jobs: Sequence[Job], *, reason: str, actor=None) -> None:
     """The first event of newly recorded jobs: they are queued."""
-    JobEvent.objects.bulk_create(
-        JobEvent(job=job, from_state="", to_state=JobState.QUEUED, reason=reason, actor=actor) for job in jobs
-    )
+    moved_each([(job, "", JobState.QUEUED, reason) for job in jobs], actor=actor)
 
 
 def moved(moves: Iterable[tuple[Job, str]], to: str, *, reason: str, actor=None) -> None:
