@@ -95,10 +95,18 @@ def conversion(from_unit: str, to_unit: str) -> Callable[[Decimal], Decimal]:
     raise NoConversion(f"no conversion from {from_unit} to {to_unit} is set; ask a site admin to add one")
 
 
-def cost(rate: Decimal, rate_unit: str, nodes: int, seconds: int, to_unit: str) -> Money:
-    """nodes × rate per node-hour × hours, in `to_unit`."""
+def cost(rate: Decimal, rate_unit: str, nodes: int, seconds: int, to_unit: str,
+         conversions: dict[tuple[str, str], Callable[[Decimal], Decimal]] | None = None) -> Money:
+    """nodes × rate per node-hour × hours, in `to_unit`. `conversions`: a cache of the unit conversions looked up,
+    for a caller costing many jobs at once (a tracking cycle's endings)."""
     raw = Decimal(rate) * nodes * Decimal(seconds) / Decimal(3600)
-    return Money(convert(raw, rate_unit, to_unit).quantize(CENT, rounding=ROUND_HALF_UP), to_unit)
+    if conversions is None:
+        converted = convert(raw, rate_unit, to_unit)
+    else:
+        if (rate_unit, to_unit) not in conversions:
+            conversions[(rate_unit, to_unit)] = conversion(rate_unit, to_unit)
+        converted = conversions[(rate_unit, to_unit)](raw)
+    return Money(converted.quantize(CENT, rounding=ROUND_HALF_UP), to_unit)
 
 
 def summary(budget: Budget, at: datetime | None = None) -> BudgetSummary:

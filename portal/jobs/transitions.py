@@ -72,7 +72,8 @@ def transition_each(moves: Sequence[Move], *, actor=None) -> None:
             setattr(job, name, value)
         changed.update(move.fields)
     endings = [move.job for move in moves if move.to in FINAL_STATES]
-    costs = [(job, _actual_cost(job)) for job in endings]
+    conversions: dict = {}  # one lookup per pair of units, not one per ending
+    costs = [(job, _actual_cost(job, conversions)) for job in endings]
     if any(actual is not None for _, actual in costs):
         changed.add("cost_amount")
     _write_each([move.job for move in moves], sorted(changed))
@@ -178,11 +179,11 @@ def _settle(job: Job) -> None:
     budgets.settle(job, actual)
 
 
-def _actual_cost(job: Job):
+def _actual_cost(job: Job, conversions: dict | None = None):
     """What an ended job costs, set on it (not saved); None where it has no rate."""
     if job.hardware is None or not job.estimate_unit:
         return None
     seconds = job.elapsed_seconds or 0
     job.cost_amount = budgets.cost(job.hardware.rate, job.hardware.rate_unit, job.nodes, seconds,
-                                   job.estimate_unit).amount
+                                   job.estimate_unit, conversions).amount
     return job.cost_amount

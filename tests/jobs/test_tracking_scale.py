@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from portal.budgets.models import UnitConversion
 from portal.jobs import actions, tracking
 from portal.jobs.actions import JobRequest
 from portal.jobs.actions import submit as submit_actions
@@ -63,7 +65,12 @@ def _cycle(site) -> tuple[tracking.TrackReport, list[str]]:
     return report, statements(ctx)
 
 
-def test_a_tracking_cycle_issues_as_many_statements_for_200_jobs_as_for_10(local_site, settings):
+@pytest.mark.parametrize("budget_unit", ["points", "JPY"])
+def test_a_tracking_cycle_issues_as_many_statements_for_200_jobs_as_for_10(local_site, settings, budget_unit):
+    if budget_unit != local_site.hardware.rate_unit:  # every ending's cost is converted: one lookup, not one each
+        UnitConversion.objects.create(from_unit=local_site.hardware.rate_unit, to_unit=budget_unit, factor=Decimal(10))
+        local_site.budget.unit, local_site.budget.amount = budget_unit, Decimal(10000)
+        local_site.budget.save()
     few = _held_jobs(local_site, settings, 10, "few")
     report_few, statements_few = _cycle(local_site)
     assert (report_few.changed, report_few.finished, report_few.lost) == (6, 2, 2)
@@ -83,7 +90,9 @@ def test_a_tracking_cycle_issues_as_many_statements_for_200_jobs_as_for_10(local
     assert list(states.values()).count(JobState.LOST) == 50
     assert JobEvent.objects.filter(job__in=many).exclude(from_state="").count() == 200
     completed = Job.objects.filter(pk__in=[job.pk for job in many], state=JobState.COMPLETED)
-    assert all(job.exit_code == 0 and job.elapsed_seconds == 30 and job.cost_amount is not None for job in completed)
+    assert all(job.exit_code == 0 and job.elapsed_seconds == 30 and job.estimate_unit == budget_unit for job in completed)
+    # 30 s of one node at 10 points an hour, in the budget's unit.
+    assert {job.cost_amount for job in completed} == {Decimal("0.8333") if budget_unit == "JPY" else Decimal("0.0833")}
     for job in completed:
         assert sorted(job.ledger.values_list("kind", flat=True)) == ["release", "reserve", "settle"]
 
