@@ -331,6 +331,9 @@ KAKEHASHI_MAX_NOTEBOOK_BYTES = env_int("KAKEHASHI_MAX_NOTEBOOK_BYTES", 16 * 1024
 # Notebooks arrive as JSON bodies: allow bodies up to the notebook limit plus room for the rest of the request.
 DATA_UPLOAD_MAX_MEMORY_SIZE = KAKEHASHI_MAX_NOTEBOOK_BYTES + 1024 * 1024
 KAKEHASHI_SSH_TIMEOUT = env_int("KAKEHASHI_SSH_TIMEOUT", 30)
+# Dispatches to one cluster in flight at once, over all workers: a login node that answers slowly then holds at most
+# this many worker processes, and the other clusters keep the rest (keep it below the workers' --concurrency).
+KAKEHASHI_CLUSTER_TASK_SLOTS = env_int("KAKEHASHI_CLUSTER_TASK_SLOTS", 2)
 # How long a submit attempt owns a job before another attempt may take over (it then looks before submitting).
 KAKEHASHI_DISPATCH_LEASE_SECONDS = env_int("KAKEHASHI_DISPATCH_LEASE_SECONDS", 2 * KAKEHASHI_SSH_TIMEOUT + 30)
 KAKEHASHI_REPORTING_UNIT = env_str("KAKEHASHI_REPORTING_UNIT", "JPY")

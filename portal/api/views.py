@@ -56,7 +56,7 @@ class JobListCreateView(ListView):
                 raise ApiError(f"unknown state {unknown[0]!r}: use {', '.join(JobState.values)} (comma-separated)",
                                field="state")
             jobs = jobs.filter(state__in=states)
-        return jobs.order_by("-id")
+        return jobs.prefetch_related("artifacts").order_by("-id")  # each job lists its outputs: one query for all
 
     @extend_schema(
         parameters=[

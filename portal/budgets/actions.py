@@ -6,6 +6,7 @@ concurrent submits are serialised on that row and can never overspend together.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import ROUND_HALF_UP, Decimal
@@ -79,21 +80,34 @@ def period_start(budget: Budget, at: datetime | None = None) -> date:
 
 
 def convert(amount: Decimal, from_unit: str, to_unit: str) -> Decimal:
+    return conversion(from_unit, to_unit)(amount)
+
+
+def conversion(from_unit: str, to_unit: str) -> Callable[[Decimal], Decimal]:
+    """`convert` from one unit to another, looked up once (a report converts many amounts with it)."""
     if from_unit == to_unit:
-        return amount
+        return lambda amount: amount
     direct = UnitConversion.objects.filter(from_unit=from_unit, to_unit=to_unit).first()
     if direct:
-        return amount * direct.factor
+        return lambda amount: amount * direct.factor
     inverse = UnitConversion.objects.filter(from_unit=to_unit, to_unit=from_unit).first()
     if inverse and inverse.factor:
-        return amount / inverse.factor
+        return lambda amount: amount / inverse.factor
     raise NoConversion(f"no conversion from {from_unit} to {to_unit} is set; ask a site admin to add one")
 
 
-def cost(rate: Decimal, rate_unit: str, nodes: int, seconds: int, to_unit: str) -> Money:
-    """nodes × rate per node-hour × hours, in `to_unit`."""
+def cost(rate: Decimal, rate_unit: str, nodes: int, seconds: int, to_unit: str,
+         conversions: dict[tuple[str, str], Callable[[Decimal], Decimal]] | None = None) -> Money:
+    """nodes × rate per node-hour × hours, in `to_unit`. `conversions`: a cache of the unit conversions looked up,
+    for a caller costing many jobs at once (a tracking cycle's endings)."""
     raw = Decimal(rate) * nodes * Decimal(seconds) / Decimal(3600)
-    return Money(convert(raw, rate_unit, to_unit).quantize(CENT, rounding=ROUND_HALF_UP), to_unit)
+    if conversions is None:
+        converted = convert(raw, rate_unit, to_unit)
+    else:
+        if (rate_unit, to_unit) not in conversions:
+            conversions[(rate_unit, to_unit)] = conversion(rate_unit, to_unit)
+        converted = conversions[(rate_unit, to_unit)](raw)
+    return Money(converted.quantize(CENT, rounding=ROUND_HALF_UP), to_unit)
 
 
 def summary(budget: Budget, at: datetime | None = None) -> BudgetSummary:
@@ -153,29 +167,33 @@ def reserve_many(project, estimates: list[tuple[Any, Decimal]], *, actor=None) -
 
 def settle(job, actual: Decimal | None, *, note: str = "") -> None:
     """Charge the actual cost and release the reservation. Idempotent; call inside the job's transaction."""
-    reservation = LedgerEntry.objects.filter(job=job, kind=LedgerEntry.Kind.RESERVE).first()
-    if reservation is None:
+    settle_many([(job, actual)], note=note)
+
+
+def settle_many(endings: list[tuple[Any, Decimal | None]], *, note: str = "") -> None:
+    """`settle` for many ended jobs at once (a tracking cycle): their budget rows locked in pk order, one read of
+    what is settled already, one INSERT. Idempotent; call inside the jobs' transaction (their rows locked)."""
+    if not endings:
         return
-    locks.budget(reservation.budget_id)
-    done = set(LedgerEntry.objects.filter(job=job).values_list("kind", flat=True))
-    if actual is not None and LedgerEntry.Kind.SETTLE not in done:
-        LedgerEntry.objects.create(
-            budget_id=reservation.budget_id,
-            job=job,
-            kind=LedgerEntry.Kind.SETTLE,
-            amount=actual,
-            period_start=reservation.period_start,
-            note=note or f"accounting for job {job.pk}",
-        )
-    if LedgerEntry.Kind.RELEASE not in done:
-        LedgerEntry.objects.create(
-            budget_id=reservation.budget_id,
-            job=job,
-            kind=LedgerEntry.Kind.RELEASE,
-            amount=reservation.amount,
-            period_start=reservation.period_start,
-            note=f"release of job {job.pk}'s reservation",
-        )
+    jobs = {job.pk: (job, actual) for job, actual in endings}
+    reservations = {entry.job_id: entry for entry in
+                    LedgerEntry.objects.filter(job_id__in=list(jobs), kind=LedgerEntry.Kind.RESERVE)}
+    if not reservations:
+        return
+    locks.budgets(sorted({entry.budget_id for entry in reservations.values()}))
+    done = set(LedgerEntry.objects.filter(job_id__in=list(reservations)).values_list("job_id", "kind"))
+    entries = []
+    for job_id, reservation in reservations.items():
+        job, actual = jobs[job_id]
+        if actual is not None and (job_id, LedgerEntry.Kind.SETTLE) not in done:
+            entries.append(LedgerEntry(
+                budget_id=reservation.budget_id, job=job, kind=LedgerEntry.Kind.SETTLE, amount=actual,
+                period_start=reservation.period_start, note=note or f"accounting for job {job.pk}"))
+        if (job_id, LedgerEntry.Kind.RELEASE) not in done:
+            entries.append(LedgerEntry(
+                budget_id=reservation.budget_id, job=job, kind=LedgerEntry.Kind.RELEASE, amount=reservation.amount,
+                period_start=reservation.period_start, note=f"release of job {job.pk}'s reservation"))
+    LedgerEntry.objects.bulk_create(entries)
 
 
 @transaction.atomic

@@ -14,6 +14,11 @@ def budget_of_project(project_id: int) -> Budget | None:
     return Budget.objects.select_for_update().filter(project_id=project_id).first()
 
 
+def budgets(budget_ids: list[int]) -> list[Budget]:
+    """Several budget rows (the endings of a tracking cycle may charge several projects), in pk order."""
+    return list(Budget.objects.select_for_update().filter(pk__in=budget_ids).order_by("pk"))
+
+
 def budget(budget_id: int) -> Budget | None:
     return Budget.objects.select_for_update().filter(pk=budget_id).first()
 

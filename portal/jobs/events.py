@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from django.db import connection
+from django.utils import timezone
+
 from portal.jobs.models import Job, JobEvent, JobState
 
 MAX_REASON = 2000
@@ -15,9 +18,7 @@ MAX_REASON = 2000
 
 def submitted(jobs: Sequence[Job], *, reason: str, actor=None) -> None:
     """The first event of newly recorded jobs: they are queued."""
-    JobEvent.objects.bulk_create(
-        JobEvent(job=job, from_state="", to_state=JobState.QUEUED, reason=reason, actor=actor) for job in jobs
-    )
+    moved_each([(job, "", JobState.QUEUED, reason) for job in jobs], actor=actor)
 
 
 def moved(moves: Iterable[tuple[Job, str]], to: str, *, reason: str, actor=None) -> None:
@@ -30,3 +31,30 @@ def moved(moves: Iterable[tuple[Job, str]], to: str, *, reason: str, actor=None)
 def noted(job: Job, reason: str, *, actor=None) -> None:
     """Something that happened to a job without changing its state."""
     JobEvent.objects.create(job=job, from_state=job.state, to_state=job.state, reason=reason[:MAX_REASON], actor=actor)
+
+
+def moved_each(history: Sequence[tuple[Job, str, str, str]], *, actor=None) -> None:
+    """Jobs moved each from its own state to its own state for its own reason: (job, from, to, reason).
+
+    One INSERT … SELECT FROM unnest(one array per column): bulk_create builds a model and a row of parameters
+    per event, most of a 10,000-job tracking cycle's CPU.
+    """
+    if not history:
+        return
+    now = timezone.now()
+    values = {"job": [job.pk for job, *_ in history],
+              # A state is a TextChoices member: its value, as str() gives it.
+              "from_state": [str(from_state) for _, from_state, _, _ in history],
+              "to_state": [str(to) for _, _, to, _ in history],
+              "at": [now] * len(history),
+              "reason": [reason[:MAX_REASON] for *_, reason in history],
+              "actor": [getattr(actor, "pk", None)] * len(history)}
+    fields = [JobEvent._meta.get_field(name) for name in values]
+    columns = [(field.column, field.db_type(connection), values[field.name]) for field in fields]
+    quote = connection.ops.quote_name
+    names = ", ".join(quote(name) for name, _, _ in columns)
+    arrays = ", ".join(f"%s::{db_type}[]" for _, db_type, _ in columns)
+    with connection.cursor() as cursor:
+        # Identifiers are fixed here; every value is a bound parameter.
+        cursor.execute(f"INSERT INTO {quote(JobEvent._meta.db_table)} ({names}) SELECT * FROM unnest({arrays})",  # noqa: S608
+                       [values for _, _, values in columns])

@@ -8,12 +8,36 @@ transaction.
 
 from __future__ import annotations
 
+from django.db.models import OuterRef, Subquery
+
+from portal.clusters.models import Allocation
 from portal.jobs.models import Job, JobOutput, JobState
 
 
-def job(job_id: int) -> Job:
-    """One job, with what its transitions read (project, cluster, hardware)."""
-    return Job.objects.select_for_update(of=("self",)).select_related("project", "cluster", "hardware").get(pk=job_id)
+def job(job_id: int, *, for_dispatch: bool = False) -> Job:
+    """One job, with what its transitions read (project, cluster, hardware); `for_dispatch` adds what its
+    JobSpec reads (owner, software, the allocation's scheduler group as `allocation_group`) to the same statement."""
+    jobs = Job.objects.select_for_update(of=("self",)).select_related("project", "cluster", "hardware")
+    if for_dispatch:
+        group = Allocation.objects.filter(project=OuterRef("project_id"), cluster=OuterRef("cluster_id")).values("group")
+        jobs = jobs.select_related("user", "software").annotate(allocation_group=Subquery(group[:1]))
+    return jobs.get(pk=job_id)
+
+
+# What a tracking cycle's decisions and transitions read and write of a job (tracking.py, transitions.
+# transition_each): the rest (scripts, notebooks, 40 more columns) would be most of a 10,000-job cycle's CPU.
+# A field missing here is read by one query per job: tests/jobs/test_tracking_scale.py would count them.
+TRACKING_FIELDS = (
+    "id", "state", "state_reason", "updated_at", "started_at", "ended_at", "exit_code", "exit_signal", "elapsed_seconds",
+    "cost_amount", "last_seen_at", "submitted_at", "cancel_requested_at", "cancel_reason", "scheduler_id", "template", "nodes",
+    "estimate_unit", "hardware", "hardware__rate", "hardware__rate_unit",
+)
+
+
+def jobs(job_ids: list[int]) -> list[Job]:
+    """Many jobs, in pk order, with what a tracking cycle's transitions read (TRACKING_FIELDS)."""
+    return list(Job.objects.select_for_update(of=("self",)).select_related("hardware").only(*TRACKING_FIELDS)
+                .filter(pk__in=job_ids).order_by("pk"))
 
 
 def group_jobs(group_id: int, *, submitting_only: bool = False) -> list[Job]:

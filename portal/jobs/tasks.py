@@ -6,8 +6,10 @@ Tasks import actions, never the reverse: actions ask for these by name through `
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from celery import shared_task
+from celery import current_app, shared_task
 from django.conf import settings
 from django.core.cache import cache
 
@@ -19,13 +21,40 @@ log = logging.getLogger(__name__)
 
 @shared_task(bind=True, max_retries=None)
 def dispatch_job_task(self, job_id: int) -> str:
-    outcome = actions.dispatch_job(job_id)
+    cluster_id = Job.objects.filter(pk=job_id).values_list("cluster_id", flat=True).first()
+    with cluster_slot(cluster_id) as slot:
+        if not slot:
+            # The cluster has its share of the workers already (a slow login node, or a burst): ask again in a
+            # moment without holding a worker meanwhile, so other clusters' jobs go ahead.
+            dispatch_job_task.apply_async((job_id,), countdown=1)
+            return "deferred"
+        outcome = actions.dispatch_job(job_id)
     if outcome.status == "retry":
         # Login node unreachable or scheduler hiccup: back off (5 s, 10 s, … up to 5 min) and try again.
         delay = min(5 * 2 ** min(self.request.retries, 6), 300)
         log.warning("job %s: dispatch will retry in %s s: %s", job_id, delay, outcome.detail)
         raise self.retry(countdown=delay)
     return outcome.status
+
+
+@contextmanager
+def cluster_slot(cluster_id: int | None) -> Iterator[bool]:
+    """One of the cluster's KAKEHASHI_CLUSTER_TASK_SLOTS, held (in Redis, over all workers) while inside; False if
+    all are taken. A slot a killed worker held frees itself after a dispatch lease."""
+    if cluster_id is None or current_app.conf.task_always_eager:
+        yield True  # nothing to dispatch (dispatch says why), or no pool to share (tasks run inline)
+        return
+    taken = None
+    for index in range(settings.KAKEHASHI_CLUSTER_TASK_SLOTS):
+        key = f"kakehashi:cluster-slot:{cluster_id}:{index}"
+        if cache.add(key, 1, timeout=settings.KAKEHASHI_DISPATCH_LEASE_SECONDS):
+            taken = key
+            break
+    try:
+        yield taken is not None
+    finally:
+        if taken is not None:
+            cache.delete(taken)
 
 
 @shared_task

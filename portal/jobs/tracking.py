@@ -7,19 +7,24 @@ backwards and two trackers cannot both apply the same ending.
 from __future__ import annotations
 
 import logging
+import uuid as uuid_mod
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
-from backends.base import BackendError, JobRecord, State, TransportError
+from backends.base import BackendError, JobRecord, JobStatus, State, TransportError
 from portal.clusters.connect import NoClusterAccount, account_for, backend_for, monitor_account
 from portal.clusters.models import Cluster
 from portal.jobs import events, locks, transitions
 from portal.jobs.models import FINAL_STATES, TRACKED_STATES, Job, JobState
 from portal.jobs.outcome import exit_text
+from portal.projects.models import Project
 
 logger = logging.getLogger(__name__)
 
@@ -49,19 +54,14 @@ def track_cluster(cluster_id: int) -> TrackReport:
     """One status query for all of a cluster's active jobs; final states from accounting; lost ones flagged."""
     report = TrackReport()
     cluster = Cluster.objects.get(pk=cluster_id)
-    jobs = list(
-        Job.objects.filter(cluster=cluster, state__in=TRACKED_STATES)
-        .exclude(scheduler_id="")
-        .select_related("user", "project")
-        .order_by("pk")
-    )
+    jobs = tracked_jobs(cluster)
     if not jobs:
         return report
     ids = [job.scheduler_id for job in jobs]
     report.queried = len(ids)
     try:
         # One identity asks about everyone's jobs: queues are readable by all users (docs/decisions/0003).
-        backend = backend_for(cluster, monitor_account(cluster, [(job.user, job.project) for job in jobs]))
+        backend = backend_for(cluster, monitor_account(cluster, _owners(jobs)))
         statuses = backend.statuses(ids)
         report.scheduler_calls += 1
         gone = [job for job in jobs if job.scheduler_id not in statuses or statuses[job.scheduler_id].state.is_final]
@@ -73,14 +73,49 @@ def track_cluster(cluster_id: int) -> TrackReport:
         Cluster.objects.filter(pk=cluster.pk).update(last_error=f"{timezone.now():%Y-%m-%d %H:%M:%S} {exc}"[:2000])
         report.error = str(exc)
         return report
+    return apply_answers(cluster, jobs, statuses, records, report)
+
+
+@dataclass(frozen=True, slots=True)
+class Tracked:
+    """What a cycle needs of each tracked job before it decides anything (its row is read again, locked, only
+    if the scheduler's answer may move it): a tuple, not a model, as 10,000 models cost a second of CPU."""
+
+    pk: int
+    scheduler_id: str
+    state: str
+    uuid: uuid_mod.UUID
+    user_id: int
+    project_id: int
+
+
+def tracked_jobs(cluster: Cluster) -> list[Tracked]:
+    """The cluster's jobs the scheduler knows and the tracker must ask about, in pk order."""
+    rows = (Job.objects.filter(cluster=cluster, state__in=TRACKED_STATES).exclude(scheduler_id="").order_by("pk")
+            .values_list("pk", "scheduler_id", "state", "uuid", "user_id", "project_id"))
+    return [Tracked(*row) for row in rows]
+
+
+def _owners(jobs: list[Tracked]) -> Iterator[tuple[object, Project]]:
+    """The (user, project) owners of the jobs, read one by one as monitor_account asks (usually only the first)."""
+    for user_id, project_id in dict.fromkeys((job.user_id, job.project_id) for job in jobs):
+        yield get_user_model().objects.get(pk=user_id), Project.objects.get(pk=project_id)
+
+
+def apply_answers(cluster: Cluster, jobs: list[Tracked], statuses: dict[str, JobStatus], records: dict[str, JobRecord],
+                  report: TrackReport) -> TrackReport:
+    """What the scheduler's answers (queue and accounting) mean for the tracked `jobs`, written in bulk: a fixed
+    number of statements per cycle, whatever the number of jobs (bench/tracking.py feeds it scheduler output of
+    10,000 jobs)."""
     now = timezone.now()
     Cluster.objects.filter(pk=cluster.pk).update(last_contact_at=now, last_error="")
+    decisions: dict[int, tuple[str, Decision]] = {}
+    stuck = []
     for job in jobs:
         status = statuses.get(job.scheduler_id)
         record_ = records.get(job.scheduler_id)
         if record_ is not None:
-            if finish_job(job.pk, record_):
-                report.finished += 1
+            decisions[job.pk] = ("finished", partial(_finished, rec=record_))
         elif status is not None and status.state.is_final:
             # The queue says it ended but accounting has no record (yet, or none is configured). A stuck entry
             # ends at once: it never ran, so there is no exit code or time to wait for, and it blocks the queue.
@@ -88,21 +123,46 @@ def track_cluster(cluster_id: int) -> TrackReport:
                 report.awaiting_accounting += 1
                 continue
             fallback = JobRecord(job.scheduler_id, status.state, status.exit_code, reason=status.reason)
-            if finish_job(job.pk, fallback):
-                report.finished += 1
+            decisions[job.pk] = ("finished", partial(_finished, rec=fallback))
         elif status is not None:
-            if apply_status(job.pk, job.state, _STATE_MAP[status.state], status.reason):
-                report.changed += 1
-        else:
-            if flag_lost_if_silent(job.pk, now):
-                report.lost += 1
+            if job.state != _STATE_MAP[status.state]:
+                decisions[job.pk] = ("changed", partial(_seen, expected=job.state, new=_STATE_MAP[status.state],
+                                                        reason=status.reason))
+        elif job.state != JobState.LOST:  # already flagged: nothing to decide until it is heard of again
+            decisions[job.pk] = ("lost", partial(_silent, now=now))
         if status is not None and status.stuck:
-            report.removed += remove_stuck_entry(job.pk)
+            stuck.append(job.pk)
+    for kind in _apply(decisions):
+        setattr(report, kind, getattr(report, kind) + 1)
+    for job_id in stuck:
+        report.removed += remove_stuck_entry(job_id)
     transitions.mark_seen([job.pk for job in jobs if job.scheduler_id in statuses or job.scheduler_id in records], now)
     return report
 
 
-def _accounting_overdue(job: Job, now) -> bool:
+# What to do with a job, decided on its locked (fresh) row: a move, or None to leave it as it is.
+Decision = Callable[[Job], "transitions.Move | None"]
+
+
+def _apply(decisions: dict[int, tuple[str, Decision]]) -> list[str]:
+    """Decide on every job's locked row and write all the moves at once (one lock statement, one UPDATE, one
+    INSERT of events, the endings settled together): the cycle's statements do not grow with its jobs.
+    Returns the kind of each move made."""
+    if not decisions:
+        return []
+    with transaction.atomic():
+        kinds, moves = [], []
+        for job in locks.jobs(sorted(decisions)):
+            kind, decide = decisions[job.pk]
+            move = decide(job)
+            if move is not None:
+                kinds.append(kind)
+                moves.append(move)
+        transitions.transition_each(moves)
+    return kinds
+
+
+def _accounting_overdue(job: Tracked, now) -> bool:
     """Whether accounting has had its grace period since the queue first said this job ended.
 
     The first sighting lives in the cache: losing it only restarts the wait.
@@ -120,72 +180,65 @@ def apply_status(job_id: int, expected: str, new: str, reason: str = "") -> bool
     """Compare-and-swap: change state only if nobody changed it since we read `expected`."""
     if expected == new:
         return False
-    with transaction.atomic():
-        job = locks.job(job_id)
-        if job.state != expected or new not in {JobState.PENDING, JobState.RUNNING}:
-            return False
-        if new == JobState.PENDING and job.state in {JobState.RUNNING, JobState.LOST}:
-            return False  # never move backwards on a stale reading
-        fields = {}
-        if new == JobState.RUNNING and job.started_at is None:
-            fields["started_at"] = timezone.now()
-        transitions.transition(job, new, reason=reason or "seen by the scheduler", **fields)
-    return True
+    return bool(_apply({job_id: ("changed", partial(_seen, expected=expected, new=new, reason=reason))}))
+
+
+def _seen(job: Job, *, expected: str, new: str, reason: str) -> transitions.Move | None:
+    if job.state != expected or new not in {JobState.PENDING, JobState.RUNNING}:
+        return None
+    if new == JobState.PENDING and job.state in {JobState.RUNNING, JobState.LOST}:
+        return None  # never move backwards on a stale reading
+    fields = {}
+    if new == JobState.RUNNING and job.started_at is None:
+        fields["started_at"] = timezone.now()
+    return transitions.Move(job, new, reason or "seen by the scheduler", fields)
 
 
 def finish_job(job_id: int, rec: JobRecord) -> bool:
-    with transaction.atomic():
-        job = locks.job(job_id)
-        if job.state in FINAL_STATES:
-            return False
-        new = _STATE_MAP[rec.state]
-        reason = rec.reason or {
-            JobState.COMPLETED: "completed",
-            JobState.FAILED: exit_text(rec.exit_code, rec.signal) or "failed",
-            JobState.CANCELLED: "cancelled",
-            JobState.TIMED_OUT: "walltime exceeded",
-        }[new]
-        if job.cancel_requested_at and new in {JobState.FAILED, JobState.CANCELLED}:
-            # Who or what asked and why, not the scheduler's "cancelled by 1001" (a uid) or "exit code 143".
-            new, reason = JobState.CANCELLED, job.cancel_reason or "cancelled by request"
-        started = rec.started_at or job.started_at
-        ended = rec.ended_at or timezone.now()
-        elapsed = rec.elapsed_seconds
-        if elapsed is None and started is not None:
-            elapsed = max(int((ended - started).total_seconds()), 0)
-        transitions.transition(
-            job,
-            new,
-            reason=reason,
-            exit_code=rec.exit_code,
-            exit_signal=rec.signal,
-            started_at=started,
-            ended_at=ended,
-            elapsed_seconds=elapsed,
-        )
-    return True
+    return bool(_apply({job_id: ("finished", partial(_finished, rec=rec))}))
+
+
+def _finished(job: Job, *, rec: JobRecord) -> transitions.Move | None:
+    if job.state in FINAL_STATES:
+        return None
+    new = _STATE_MAP[rec.state]
+    reason = rec.reason or {
+        JobState.COMPLETED: "completed",
+        JobState.FAILED: exit_text(rec.exit_code, rec.signal) or "failed",
+        JobState.CANCELLED: "cancelled",
+        JobState.TIMED_OUT: "walltime exceeded",
+    }[new]
+    if job.cancel_requested_at and new in {JobState.FAILED, JobState.CANCELLED}:
+        # Who or what asked and why, not the scheduler's "cancelled by 1001" (a uid) or "exit code 143".
+        new, reason = JobState.CANCELLED, job.cancel_reason or "cancelled by request"
+    started = rec.started_at or job.started_at
+    ended = rec.ended_at or timezone.now()
+    elapsed = rec.elapsed_seconds
+    if elapsed is None and started is not None:
+        elapsed = max(int((ended - started).total_seconds()), 0)
+    return transitions.Move(job, new, reason, {"exit_code": rec.exit_code, "exit_signal": rec.signal,
+                                               "started_at": started, "ended_at": ended,
+                                               "elapsed_seconds": elapsed})
 
 
 def flag_lost_if_silent(job_id: int, now) -> bool:
     """A job neither the queue nor accounting knows is flagged `lost` once it has been silent long enough."""
-    with transaction.atomic():
-        job = locks.job(job_id)
-        if job.state not in {JobState.PENDING, JobState.RUNNING}:
-            return False
-        last = job.last_seen_at or job.submitted_at or job.updated_at
-        if job.cancel_requested_at and (now - job.cancel_requested_at).total_seconds() > 5:
-            # Schedulers keep no accounting for a job deleted while it waited (SGE, for one): that is our cancel.
-            transitions.transition(job, JobState.CANCELLED, ended_at=now,
-                                   reason=f"{job.cancel_reason or 'cancelled by request'} (the scheduler keeps no record)")
-            return True
-        if last and (now - last).total_seconds() < settings.KAKEHASHI_LOST_AFTER_SECONDS:
-            return False
-        transitions.transition(
-            job,
-            JobState.LOST,
-            reason="neither the scheduler's queue nor its accounting knows this job; an admin should check it",
-        )
-    return True
+    return bool(_apply({job_id: ("lost", partial(_silent, now=now))}))
+
+
+def _silent(job: Job, *, now) -> transitions.Move | None:
+    if job.state not in {JobState.PENDING, JobState.RUNNING}:
+        return None
+    last = job.last_seen_at or job.submitted_at or job.updated_at
+    if job.cancel_requested_at and (now - job.cancel_requested_at).total_seconds() > 5:
+        # Schedulers keep no accounting for a job deleted while it waited (SGE, for one): that is our cancel.
+        return transitions.Move(job, JobState.CANCELLED,
+                                f"{job.cancel_reason or 'cancelled by request'} (the scheduler keeps no record)",
+                                {"ended_at": now})
+    if last and (now - last).total_seconds() < settings.KAKEHASHI_LOST_AFTER_SECONDS:
+        return None
+    return transitions.Move(
+        job, JobState.LOST, "neither the scheduler's queue nor its accounting knows this job; an admin should check it")
 
 
 def remove_stuck_entry(job_id: int) -> int:

@@ -9,9 +9,12 @@ task name once the transaction commits, to bring its output home.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
+from enum import Enum
 from typing import Any
 
+from django.db import connection
 from django.utils import timezone
 
 from portal import enqueue
@@ -39,12 +42,78 @@ def transition(job: Job, to: str, *, reason: str = "", actor=None, **fields: Any
     events.moved([(job, from_state)], to, reason=reason, actor=actor)
     if to in FINAL_STATES:
         _settle(job)
-        if job.scheduler_id:
-            # Keep the final stdout/stderr in the portal: the cluster's copy may be purged later.
-            enqueue.enqueue_on_commit(enqueue.FETCH_OUTPUT, job.pk)
-            template = job_templates.get(job.template)
-            if template is not None and template.records_health and to == JobState.COMPLETED:
-                enqueue.enqueue_on_commit(enqueue.RECORD_HEALTH_CHECK, job.pk)
+        _after_ending(job)
+
+
+@dataclass
+class Move:
+    """One locked job to `to`, with its own reason and the fields the move sets."""
+
+    job: Job
+    to: str
+    reason: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+def transition_each(moves: Sequence[Move], *, actor=None) -> None:
+    """`transition` for many locked jobs, each to its own state with its own reason (the tracker's cycle): one
+    UPDATE, one INSERT of events and, for the endings, their money settled together, however many jobs move."""
+    if not moves:
+        return
+    now = timezone.now()
+    changed = {"state", "state_reason", "updated_at"}
+    history = []
+    for move in moves:
+        job = move.job
+        job.check_transition(move.to)
+        history.append((job, job.state, move.to, move.reason))
+        job.state, job.state_reason, job.updated_at = move.to, move.reason, now
+        for name, value in move.fields.items():
+            setattr(job, name, value)
+        changed.update(move.fields)
+    endings = [move.job for move in moves if move.to in FINAL_STATES]
+    conversions: dict = {}  # one lookup per pair of units, not one per ending
+    costs = [(job, _actual_cost(job, conversions)) for job in endings]
+    if any(actual is not None for _, actual in costs):
+        changed.add("cost_amount")
+    _write_each([move.job for move in moves], sorted(changed))
+    events.moved_each(history, actor=actor)
+    budgets.settle_many(costs)
+    for job in endings:
+        _after_ending(job)
+
+
+def _write_each(jobs: Sequence[Job], names: Sequence[str]) -> None:
+    """Write each job's own values of `names` in one UPDATE joined to one array per column (unnest).
+
+    Why not bulk_update: its CASE WHEN id = … per row and field costs O(jobs²) in PostgreSQL and much Python per
+    job (1,000 jobs: 9 s); this is one statement with one parameter per column, whatever the number of jobs.
+    """
+    fields = [Job._meta.pk] + [Job._meta.get_field(name) for name in names]
+    quote, table = connection.ops.quote_name, connection.ops.quote_name(Job._meta.db_table)
+    types = [Job._meta.pk.rel_db_type(connection)] + [field.db_type(connection) for field in fields[1:]]
+    columns = ", ".join(quote(field.column) for field in fields)
+    arrays = ", ".join(f"%s::{db_type}[]" for db_type in types)
+    assignments = ", ".join(f"{quote(field.column)} = v.{quote(field.column)}" for field in fields[1:])
+    # The values as Python has them (psycopg adapts datetimes, decimals, None); a state is an enum: its value.
+    values = [[_plain(getattr(job, field.attname)) for job in jobs] for field in fields]
+    with connection.cursor() as cursor:
+        # Identifiers come from the model's own meta; every value is a bound parameter.
+        cursor.execute(f"UPDATE {table} SET {assignments} FROM unnest({arrays}) AS v({columns}) "  # noqa: S608
+                       f"WHERE {table}.{quote(fields[0].column)} = v.{quote(fields[0].column)}", values)
+
+
+def _plain(value: Any) -> Any:
+    return value.value if isinstance(value, Enum) else value
+
+
+def _after_ending(job: Job) -> None:
+    if job.scheduler_id:
+        # Keep the final stdout/stderr in the portal: the cluster's copy may be purged later.
+        enqueue.enqueue_on_commit(enqueue.FETCH_OUTPUT, job.pk)
+        template = job_templates.get(job.template)
+        if template is not None and template.records_health and job.state == JobState.COMPLETED:
+            enqueue.enqueue_on_commit(enqueue.RECORD_HEALTH_CHECK, job.pk)
 
 
 def transition_many(jobs: Sequence[Job], to: str, *, reason: str, actor=None, also: Sequence[str] = (),
@@ -66,9 +135,11 @@ def transition_many(jobs: Sequence[Job], to: str, *, reason: str, actor=None, al
         job.state, job.state_reason, job.updated_at = to, reason, now
         for name, value in fields.items():
             setattr(job, name, value)
-    Job.objects.filter(pk__in=[job.pk for job in jobs]).update(state=to, state_reason=reason, updated_at=now, **fields)
-    if also:
-        Job.objects.bulk_update(jobs, list(also))
+    if also:  # values of each job's own: one UPDATE that sets every field row by row
+        _write_each(jobs, ["state", "state_reason", "updated_at", *fields, *also])
+    else:
+        Job.objects.filter(pk__in=[job.pk for job in jobs]).update(state=to, state_reason=reason, updated_at=now,
+                                                                    **fields)
     events.moved(moves, to, reason=reason, actor=actor)
 
 
@@ -102,10 +173,17 @@ def mark_reminded(job_id: int, at: datetime) -> bool:
 
 
 def _settle(job: Job) -> None:
-    actual = None
-    if job.hardware is not None and job.estimate_unit:
-        seconds = job.elapsed_seconds or 0
-        actual = budgets.cost(job.hardware.rate, job.hardware.rate_unit, job.nodes, seconds, job.estimate_unit).amount
-        job.cost_amount = actual
+    actual = _actual_cost(job)
+    if actual is not None:
         job.save(update_fields=["cost_amount"])
     budgets.settle(job, actual)
+
+
+def _actual_cost(job: Job, conversions: dict | None = None):
+    """What an ended job costs, set on it (not saved); None where it has no rate."""
+    if job.hardware is None or not job.estimate_unit:
+        return None
+    seconds = job.elapsed_seconds or 0
+    job.cost_amount = budgets.cost(job.hardware.rate, job.hardware.rate_unit, job.nodes, seconds,
+                                   job.estimate_unit, conversions).amount
+    return job.cost_amount

@@ -44,7 +44,7 @@ def project_page(user, project: Project) -> dict:
         **membership_page(user, project),
         "budget": budget_summary(project),
         "allocations": Allocation.objects.filter(project=project).select_related("cluster"),
-        "jobs": Job.objects.filter(project=project).select_related("cluster", "hardware", "user")[:50],
+        "jobs": Job.objects.filter(project=project).select_related("project", "cluster", "hardware", "user")[:50],
     }
 
 

@@ -8,7 +8,7 @@ from decimal import Decimal
 
 from django.db.models import QuerySet
 
-from portal.budgets.actions import NoConversion, convert
+from portal.budgets.actions import NoConversion, conversion
 from portal.jobs.models import Job
 
 
@@ -28,14 +28,19 @@ class UsageRow:
 def usage_rows(jobs: QuerySet[Job], unit: str | None = None) -> list[UsageRow]:
     """Settled jobs grouped by month × project × cluster × hardware × user; costs converted to `unit` if given."""
     groups: dict[tuple, list] = defaultdict(lambda: [0, Decimal("0"), Decimal("0")])
+    conversions: dict[str, object] = {}  # from unit → its conversion to `unit` (or NoConversion): one lookup each
     for job in jobs.filter(cost_amount__isnull=False).select_related("project", "cluster", "hardware", "user"):
         cost_unit = job.estimate_unit or (job.hardware.rate_unit if job.hardware else "")
         cost = job.cost_amount or Decimal("0")
         if unit and cost_unit != unit:
-            try:
-                cost, cost_unit = convert(cost, cost_unit, unit), unit
-            except NoConversion:
-                pass  # shown in its own unit rather than silently wrong
+            if cost_unit not in conversions:
+                try:
+                    conversions[cost_unit] = conversion(cost_unit, unit)
+                except NoConversion as exc:
+                    conversions[cost_unit] = exc
+            if callable(conversions[cost_unit]):
+                cost, cost_unit = conversions[cost_unit](cost), unit
+            # else: shown in its own unit rather than silently wrong
         key = (
             (job.ended_at or job.created_at).strftime("%Y-%m"),
             job.project.slug,

@@ -80,14 +80,14 @@ def _lease_time() -> timedelta:
 def dispatch_job(job_id: int) -> DispatchOutcome:
     """Hand a queued job to its scheduler, exactly once, however often this runs."""
     with transaction.atomic():
-        job = locks.job(job_id)
+        job = locks.job(job_id, for_dispatch=True)
         array_of = job.group_id if job.array_index is not None else None
         leased = None if array_of else _lease([job] if job.state in WAITING else [], "job", nothing=f"job is {job.state}")
     if array_of is not None:
         # An element of a sweep submitted as one scheduler array: the whole array goes at once.
         return dispatch_array(array_of)
     refused, attempts = leased
-    return refused or _hand_over(_Handover(job, build_spec(job), attempts))
+    return refused or _hand_over(_Handover(job, build_spec(job, group=job.allocation_group or ""), attempts))
 
 
 def dispatch_array(group_id: int) -> DispatchOutcome:

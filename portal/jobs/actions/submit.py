@@ -15,7 +15,8 @@ from django.db import IntegrityError, transaction
 from portal.audit.actions import record
 from portal.budgets import actions as budgets
 from portal.budgets.display import amount_text
-from portal.budgets.queries import budget_of, budget_summary
+from portal.budgets.models import Budget
+from portal.budgets.queries import budget_of
 from portal.clusters.connect import NoClusterAccount, account_for, job_dir, renderer_for
 from portal.enqueue import DISPATCH_JOB, enqueue_on_commit
 from portal.jobs import transitions
@@ -25,7 +26,7 @@ from portal.jobs.actions.validation import (
     SubmitError,
     checked_payload,
     checked_size,
-    granted_cluster_and_hardware,
+    granted_allocation,
     rendered,
 )
 from portal.jobs.models import Job
@@ -43,6 +44,7 @@ class Submission:
     estimate: budgets.Money | None
     created: bool = True
     warnings: list[str] = field(default_factory=list)
+    budget: Budget | None = None  # the project's budget as read while preparing (None: it has none)
 
     @classmethod
     def recorded(cls, job: Job) -> Submission:
@@ -56,7 +58,7 @@ def prepare_job(user, req: JobRequest, *, require_account: bool = True) -> Submi
     A preview may go ahead without a linked cluster account (it then carries a warning); a submit may not.
     """
     access.require(user, req.project, "submit")
-    cluster, hw = granted_cluster_and_hardware(req)
+    cluster, hw, allocation = granted_allocation(req)
     walltime = checked_size(req, cluster, hw)
     launcher, script = checked_payload(req)
     warnings: list[str] = []
@@ -85,18 +87,19 @@ def prepare_job(user, req: JobRequest, *, require_account: bool = True) -> Submi
         account_username=account.username if account else "",
     )
     job.attached_datasets = attached
-    job.rendered_script, job.submit_command = rendered(renderer_for(cluster), build_spec(job), req.edited_script)
+    job.rendered_script, job.submit_command = rendered(renderer_for(cluster), build_spec(job, group=allocation.group),
+                                                       req.edited_script)
 
-    estimate = None
+    estimate, budget = None, budget_of(req.project)
     if hw is not None:
-        budget = budget_of(req.project)
         unit = budget.unit if budget else hw.rate_unit
         try:
             estimate = budgets.cost(hw.rate, hw.rate_unit, req.nodes, walltime, unit)
         except budgets.NoConversion as exc:
             raise SubmitError(str(exc), field="hardware") from None
         job.estimate_amount, job.estimate_unit = estimate.amount, estimate.unit
-    return Submission(job=job, script=job.rendered_script, estimate=estimate, created=False, warnings=warnings)
+    return Submission(job=job, script=job.rendered_script, estimate=estimate, created=False, warnings=warnings,
+                      budget=budget)
 
 
 def submit_job(user, req: JobRequest, *, dry_run: bool = False, idempotency_key: str | None = None) -> Submission:
@@ -125,7 +128,8 @@ def submit_job(user, req: JobRequest, *, dry_run: bool = False, idempotency_key:
         if existing is None:
             raise
         return Submission.recorded(existing)
-    return Submission(job, job.rendered_script, prepared.estimate, created=True, warnings=_budget_warnings(job.project))
+    return Submission(job, job.rendered_script, prepared.estimate, created=True,
+                      warnings=_budget_warnings(job.project, prepared.budget))
 
 
 def record_jobs(jobs: list[Job], user, *, reason: str, dispatch: list[Job]) -> None:
@@ -145,10 +149,11 @@ def record_jobs(jobs: list[Job], user, *, reason: str, dispatch: list[Job]) -> N
         enqueue_on_commit(DISPATCH_JOB, job.pk)
 
 
-def _budget_warnings(project: Project) -> list[str]:
-    summary = budget_summary(project)
-    if summary is None or summary.strict:  # a strict budget refuses instead of warning
+def _budget_warnings(project: Project, budget: Budget | None) -> list[str]:
+    """A soft budget's overspend. `budget` as prepare_job read it: a strict one (or none) needs no query at all."""
+    if budget is None or budget.strict:  # a strict budget refuses instead of warning
         return []
+    summary = budgets.summary(budget)
     if summary.available < 0:
         return [f"project {project.slug} is over its (soft) budget by {amount_text(-summary.available)} {summary.unit}"]
     return []

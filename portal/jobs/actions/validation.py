@@ -15,6 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.db.models import Exists, OuterRef
 
 from backends.base import Backend, InvalidJobSpec, JobSpec, Reach
 from backends.safety import bash_syntax_error, check_env, check_job_name, check_path
@@ -100,12 +101,23 @@ class JobRequest:
 
 def granted_cluster_and_hardware(req: JobRequest) -> tuple[Cluster, HardwareType | None]:
     """The cluster and hardware, if the project is granted them (and the software, if any, is there)."""
+    cluster, hw, _ = granted_allocation(req)
+    return cluster, hw
+
+
+def granted_allocation(req: JobRequest) -> tuple[Cluster, HardwareType | None, Allocation]:
+    """`granted_cluster_and_hardware` with the allocation that grants them (whose group the script is charged to)."""
     cluster = req.hardware.cluster if req.hardware else req.cluster
     if cluster is None:
         raise SubmitError("choose the hardware to run on", field="hardware")
     if not cluster.enabled:
         raise SubmitError(f"{cluster.name} is switched off by the site admins", field="hardware")
-    allocation = Allocation.objects.filter(project=req.project, cluster=cluster).first()
+    # One query answers both "is there a grant" and "may it use this hardware" (submit's statement budget).
+    chosen = Allocation.hardware.through.objects.filter(allocation=OuterRef("pk"))
+    allocation = (Allocation.objects.filter(project=req.project, cluster=cluster)
+                  .annotate(restricted=Exists(chosen),
+                            allows=Exists(chosen.filter(hardwaretype=req.hardware.pk if req.hardware else None)))
+                  .first())
     if allocation is None:
         raise SubmitError(f"project {req.project.slug} has no allocation on {cluster.name}", field="hardware")
     hw = req.hardware
@@ -115,7 +127,7 @@ def granted_cluster_and_hardware(req: JobRequest) -> tuple[Cluster, HardwareType
     if hw is not None:
         if not hw.enabled:
             raise SubmitError(f"{hw.name} is not available at the moment", field="hardware")
-        if allocation.hardware.exists() and not allocation.hardware.filter(pk=hw.pk).exists():
+        if allocation.restricted and not allocation.allows:
             raise SubmitError(f"project {req.project.slug} may not use {hw.name}", field="hardware")
     if req.software is not None:
         software_ok = req.software.enabled and req.software.clusters.filter(pk=cluster.pk).exists()
@@ -123,7 +135,7 @@ def granted_cluster_and_hardware(req: JobRequest) -> tuple[Cluster, HardwareType
         if not software_ok or (restricted and not req.software.projects.filter(pk=req.project.pk).exists()):
             raise SubmitError(f"{req.software.name} is not available on {cluster.name} for this project", field="software")
     checked_template_software(req, cluster)
-    return cluster, hw
+    return cluster, hw, allocation
 
 
 def checked_template_software(req: JobRequest, cluster: Cluster) -> None:

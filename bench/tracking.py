@@ -1,0 +1,216 @@
+"""One tracking cycle at centre scale: 100, 1,000 and 10,000 active jobs on one Slurm cluster.
+
+The jobs are synthesised in the (real, PostgreSQL) database, each with its reservation in the ledger; the
+scheduler's answer is Slurm's own text of the same size (`squeue -h -r -t all -o '%i|%T|%r'` for the queue,
+`sacct -X -n -P` for those that left it), parsed by the Slurm backend's real parsers. Half of the jobs go from
+pending to running, a quarter completed, a quarter are gone (flagged lost). A second cycle then finds nothing new
+(the steady state of a busy centre). Reported per cycle: scheduler queries, SQL statements, CPU seconds of this
+process (the parse and the bookkeeping; PostgreSQL's own CPU is not in it) and wall time.
+
+Run: `/work/main/.venv/bin/python bench/tracking.py` (BENCH_TRACK_SIZES="100,1000,10000"). With
+BENCH_CODE_ROOT=/path/to/another/checkout it measures that checkout's code (the "before" figures); a checkout
+without `tracking.apply_answers` gets the old per-job loop of that checkout's track_cluster, unchanged.
+Results are printed and written to bench/results-tracking.md (BENCH_OUT to write elsewhere).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CODE = Path(os.environ.get("BENCH_CODE_ROOT", ROOT))
+sys.path.insert(0, str(CODE))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+os.environ.setdefault("CELERY_TASK_ALWAYS_EAGER", "0")
+
+SIZES = [int(n) for n in os.environ.get("BENCH_TRACK_SIZES", "100,1000,10000").split(",")]
+_BRACKETS = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE SAVEPOINT")
+
+
+def main() -> int:
+    import django
+
+    django.setup()
+    from django.db import connection
+    from django.test.utils import setup_test_environment
+
+    setup_test_environment()
+    db_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
+    try:
+        return _run()
+    finally:
+        connection.creation.destroy_test_db(db_name, verbosity=0)
+
+
+def _run() -> int:
+    from decimal import Decimal
+
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    import portal.enqueue
+    from portal.budgets.models import Budget, LedgerEntry
+    from portal.catalog.models import HardwareType
+    from portal.clusters.models import Allocation, Cluster, Kind
+    from portal.jobs.models import Job, JobState
+    from portal.projects.models import Membership, Project, Role
+
+    # The endings ask for their outputs to be fetched: what the broker does with that is not tracking's cost.
+    portal.enqueue.enqueue = lambda *task: None
+    user = get_user_model().objects.create_user("alice", "alice@example.org", "x")
+    project = Project.objects.create(slug="bench", name="Bench")
+    Membership.objects.create(user=user, project=project, role=Role.OWNER)
+    budget = Budget.objects.create(project=project, amount=Decimal("100000000"), unit="points", strict=True)
+    cluster = Cluster.objects.create(slug="big-slurm", name="Big Slurm", kind=Kind.SLURM, login_host="127.0.0.1",
+                                     host_keys="unused: the bench never logs in")
+    hardware = HardwareType.objects.create(cluster=cluster, slug="a100", name="A100", gpu_model="a100", gpus_per_node=1,
+                                           cpus_per_node=8, max_nodes=4, rate=Decimal("0.5"), rate_unit="points")
+    Allocation.objects.create(project=project, cluster=cluster, group="kkdemo")
+
+    rows = []
+    for size in SIZES:
+        Job.objects.filter(cluster=cluster).update(state=JobState.CANCELLED)  # the previous size leaves the cycle
+        long_ago = timezone.now() - timedelta(hours=1)
+        base = 1_000_000 * (SIZES.index(size) + 1)
+        jobs = Job.objects.bulk_create(
+            Job(project=project, user=user, cluster=cluster, hardware=hardware, name=f"j{i}", walltime_seconds=3600,
+                script="python train.py", rendered_script="#!/bin/bash\n" + "#SBATCH --x\n" * 20, state=JobState.PENDING,
+                scheduler_id=str(base + i), scheduler_name=f"kh-{i}", submitted_at=long_ago, last_seen_at=long_ago,
+                estimate_amount=Decimal("0.5"), estimate_unit="points")
+            for i in range(size)
+        )
+        LedgerEntry.objects.bulk_create(
+            LedgerEntry(budget=budget, job=job, kind=LedgerEntry.Kind.RESERVE, amount=Decimal("0.5"),
+                        period_start=timezone.localdate().replace(year=2000, month=1, day=1))
+            for job in jobs
+        )
+        squeue, sacct = _scheduler_text(base, size)
+        first = _cycle(cluster, squeue, sacct)
+        second = _cycle(cluster, _steady_squeue(base, size), "")
+        states = dict.fromkeys(JobState.values, 0)
+        for state in Job.objects.filter(pk__in=[job.pk for job in jobs]).values_list("state", flat=True):
+            states[state] += 1
+        rows.append((size, first, second, states))
+
+    lines = [
+        f"One tracking cycle on one Slurm cluster, code of {CODE.name}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+        "2-core shared machine, PostgreSQL on loopback.",
+        "First cycle: ½ pending→running, ¼ completed (settled), ¼ gone (lost). Second: nothing changed.",
+        "",
+        "| active jobs | cycle | scheduler queries | SQL statements | CPU s (this process) | wall s |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for size, first, second, states in rows:
+        for label, (calls, sql, cpu, wall) in (("changes", first), ("steady", second)):
+            lines.append(f"| {size:,} | {label} | {calls} | {sql} | {cpu:.2f} | {wall:.2f} |")
+        assert states[JobState.RUNNING] == size // 2 and states[JobState.COMPLETED] == size // 4, states
+    text = "\n".join(lines) + "\n"
+    print(text)
+    out = Path(os.environ.get("BENCH_OUT", ROOT / "bench" / "results-tracking.md"))
+    out.write_text(text)
+    return 0
+
+
+def _scheduler_text(base: int, size: int) -> tuple[str, str]:
+    """Slurm's answers for `size` jobs: the queue (running, pending→running) and accounting (the completed)."""
+    queue, accounting = [], []
+    for i in range(size):
+        job_id = base + i
+        if i % 4 in (0, 1):
+            queue.append(f"{job_id}|RUNNING|None")
+        elif i % 4 == 2:
+            queue.append(f"{job_id}|COMPLETED|None")
+            accounting.append(f"{job_id}|kh-{i}|COMPLETED|0:0|1700000000|1700003000|3000|1|billing=8,cpu=8,gres/gpu=1,"
+                              "mem=64G,node=1|kkdemo|gpu")
+    return "\n".join(queue) + "\n", "\n".join(accounting) + "\n"
+
+
+def _steady_squeue(base: int, size: int) -> str:
+    return "".join(f"{base + i}|RUNNING|None\n" for i in range(size) if i % 4 in (0, 1))
+
+
+def _cycle(cluster, squeue: str, sacct: str) -> tuple[int, int, float, float]:
+    """(scheduler queries, SQL statements, CPU s, wall s) of one cycle fed these answers."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from backends.transport import CommandResult
+    from portal.clusters.connect import renderer_for
+    from portal.jobs import tracking
+
+    parser = renderer_for(cluster)
+    counter = _Statements()
+    cpu, wall = time.process_time(), time.perf_counter()
+    with CaptureQueriesContext(connection) as ctx, connection.execute_wrapper(counter):
+        jobs = _tracked(cluster)
+        ids = [job.scheduler_id for job in jobs]
+        statuses = parser.parse_statuses(CommandResult(0, squeue, ""), ids)
+        calls = 1
+        gone = [job.scheduler_id for job in jobs if job.scheduler_id not in statuses or statuses[job.scheduler_id].state.is_final]
+        records = parser.parse_records(CommandResult(0, sacct, ""), gone) if gone else {}
+        calls += 1 if gone else 0
+        if hasattr(tracking, "apply_answers"):
+            tracking.apply_answers(cluster, jobs, statuses, records, tracking.TrackReport())
+        else:
+            _old_loop(cluster, jobs, statuses, records)
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    sql = counter.count  # not len(ctx.captured_queries): Django keeps only the last 9,000
+    if os.environ.get("BENCH_SHOW_SQL"):
+        for q in sorted(ctx.captured_queries, key=lambda q: -float(q["time"]))[:5]:
+            print(f"  {q['time']} s  {q['sql'][:100]}")
+    return calls, sql, cpu, wall
+
+
+class _Statements:
+    """Counts the statements sent, however many (transaction brackets excepted)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, execute, sql, params, many, context):
+        if not sql.lstrip().upper().startswith(_BRACKETS):
+            self.count += 1
+        return execute(sql, params, many, context)
+
+
+def _tracked(cluster):
+    """The jobs track_cluster reads, by that checkout's own query."""
+    from portal.jobs import tracking
+    from portal.jobs.models import TRACKED_STATES, Job
+
+    if hasattr(tracking, "tracked_jobs"):
+        return tracking.tracked_jobs(cluster)
+    return list(Job.objects.filter(cluster=cluster, state__in=TRACKED_STATES).exclude(scheduler_id="")
+                .select_related("user", "project").order_by("pk"))
+
+
+def _old_loop(cluster, jobs, statuses, records) -> None:
+    """track_cluster's loop before issue 17 (commit 476f7fa), unchanged: a transaction per job that moves."""
+    from django.utils import timezone
+
+    from backends.base import JobRecord
+    from portal.clusters.models import Cluster
+    from portal.jobs import tracking, transitions
+
+    now = timezone.now()
+    Cluster.objects.filter(pk=cluster.pk).update(last_contact_at=now, last_error="")
+    for job in jobs:
+        status = statuses.get(job.scheduler_id)
+        record_ = records.get(job.scheduler_id)
+        if record_ is not None:
+            tracking.finish_job(job.pk, record_)
+        elif status is not None and status.state.is_final:
+            tracking.finish_job(job.pk, JobRecord(job.scheduler_id, status.state, status.exit_code, reason=status.reason))
+        elif status is not None:
+            tracking.apply_status(job.pk, job.state, tracking._STATE_MAP[status.state], status.reason)
+        else:
+            tracking.flag_lost_if_silent(job.pk, now)
+    transitions.mark_seen([job.pk for job in jobs if job.scheduler_id in statuses or job.scheduler_id in records], now)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
