@@ -296,6 +296,8 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 KAKEHASHI_TRACK_INTERVAL = env_int("KAKEHASHI_TRACK_INTERVAL", 5)
 KAKEHASHI_RECOVER_INTERVAL = env_int("KAKEHASHI_RECOVER_INTERVAL", 30)
 KAKEHASHI_BUDGET_INTERVAL = env_int("KAKEHASHI_BUDGET_INTERVAL", 30)
+# How often each cluster is asked how busy it is (queue depth, free nodes) for its page and the comparison.
+KAKEHASHI_HEALTH_INTERVAL = env_int("KAKEHASHI_HEALTH_INTERVAL", 60)
 # A queued/submitting job untouched this long is re-dispatched (its broker message may have been lost).
 KAKEHASHI_STALE_DISPATCH_SECONDS = env_int("KAKEHASHI_STALE_DISPATCH_SECONDS", 60)
 # A job neither the queue nor accounting knows is flagged `lost` after this long.

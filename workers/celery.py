@@ -38,6 +38,10 @@ def _schedule(sender: Celery, **_: object) -> None:
             "task": "portal.storage.tasks.abort_abandoned_uploads_task",
             "schedule": float(settings.KAKEHASHI_UPLOAD_SWEEP_INTERVAL),
         },
+        "cluster-health": {
+            "task": "portal.clusters.tasks.collect_cluster_health_task",
+            "schedule": float(settings.KAKEHASHI_HEALTH_INTERVAL),
+        },
         "remind-forgotten-jobs": {
             "task": "portal.usage.tasks.remind_forgotten_jobs_task",
             "schedule": 600.0,

@@ -133,3 +133,26 @@ class CloudCredential(models.Model):
 
     def secret(self) -> str:
         return crypto.decrypt(self.secret_encrypted)
+
+
+class ClusterHealth(models.Model):
+    """How a cluster was when the health beat last asked it (portal/clusters/health.py): whether it answered, why
+    not, and how busy it is. Pages and the comparison before Run read this row; a web request never asks a
+    scheduler (docs/decisions/0004). Unknown figures (a scheduler that does not say) are null."""
+
+    cluster = models.OneToOneField(Cluster, on_delete=models.CASCADE, related_name="health")
+    checked_at = models.DateTimeField()
+    reachable = models.BooleanField(default=False)
+    # The last time it answered, and what went wrong the last time it did not.
+    answered_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    error_at = models.DateTimeField(null=True, blank=True)
+    pending = models.PositiveIntegerField(null=True, blank=True)
+    running = models.PositiveIntegerField(null=True, blank=True)
+    free_nodes = models.PositiveIntegerField(null=True, blank=True)
+    total_nodes = models.PositiveIntegerField(null=True, blank=True)
+    expected_start = models.DateTimeField(null=True, blank=True)  # when the last waiting job should start
+    per_queue = models.JSONField(default=dict, blank=True)  # pending jobs by partition/queue
+
+    def __str__(self) -> str:
+        return f"{self.cluster.slug}: {'reachable' if self.reachable else 'unreachable'} at {self.checked_at:%H:%M}"

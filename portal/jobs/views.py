@@ -9,7 +9,7 @@ from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from portal.catalog import job_templates
+from portal.catalog import job_templates, places
 from portal.catalog import queries as catalog
 from portal.jobs import actions, outputs
 from portal.jobs.actions import format_walltime
@@ -154,7 +154,17 @@ def job_preview(request):
         else:
             context.update(script=prepared.script, estimate=prepared.estimate, job=prepared.job, warnings=prepared.warnings)
             context["budget"] = catalog.budget_after(prepared.job.project, prepared.estimate)
+            if not form.cleaned_data.get("sweep"):
+                context["comparison"] = _comparison(prepared.job)
     return render(request, "jobs/_preview.html", context)
+
+
+def _comparison(job) -> dict:
+    """Every place this job's shape could run for its project, cheapest first (docs/decisions/0018)."""
+    hw = job.hardware
+    shape = places.Shape(gpus=hw.gpus_per_node * job.nodes, walltime_seconds=job.walltime_seconds,
+                         gpu_model=hw.gpu_model, nodes=job.nodes)
+    return {"shape": shape, "places": places.places_for(job.project, shape), "chosen": hw}
 
 
 @login_required
