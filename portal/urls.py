@@ -24,6 +24,7 @@ urlpatterns = [
     path("site/audit/", audit_views.audit_log, name="site-audit"),
     path("jobs/", job_views.job_list, name="job-list"),
     path("jobs/new/", job_views.job_new, name="job-new"),
+    path("jobs/cancel/", job_views.job_bulk_cancel, name="job-bulk-cancel"),
     path("jobs/preview/", job_views.job_preview, name="job-preview"),
     path("jobs/presets/", job_views.job_presets, name="job-presets"),
     path("jobs/<int:pk>/", job_views.job_detail, name="job-detail"),

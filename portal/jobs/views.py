@@ -7,11 +7,12 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_POST
 
 from portal.catalog import job_templates, places
 from portal.catalog import queries as catalog
-from portal.jobs import actions, outputs
+from portal.jobs import actions, listing, outputs
 from portal.jobs.actions import format_walltime
 from portal.jobs.forms import JobForm
 from portal.jobs.models import Job, JobGroup, JobState
@@ -30,14 +31,38 @@ def _job_or_404(user, pk: int) -> Job:
 
 @login_required
 def job_list(request):
-    jobs = visible_jobs(request.user)
-    state = request.GET.get("state")
-    if state in JobState.values:
-        jobs = jobs.filter(state=state)
-    project = request.GET.get("project")
-    if project:
-        jobs = jobs.filter(project__slug=project)
-    return render(request, "jobs/list.html", {"jobs": jobs[:200], "states": JobState.choices, "state": state})
+    """Filters, search and keyset pages (portal/jobs/listing.py); never a count or an offset over all jobs."""
+    filters = listing.JobFilter.from_query(request.GET)
+    after = request.GET.get("after", "")
+    page = listing.job_page(request.user, filters, after=int(after) if after.isdigit() else None,
+                            size=listing.page_size(request.GET.get("size")))
+    projects, clusters = listing.filter_choices(request.user)
+    return render(request, "jobs/list.html", {
+        "page": page, "filters": filters, "states": JobState.choices, "projects": projects, "clusters": clusters,
+        "next_query": urlencode(filters.query(after=page.next_after, size=page.size)) if page.next_after else "",
+        "first_query": urlencode(filters.query(size=page.size)) if after else "",
+        "here": request.get_full_path(),
+    })
+
+
+@login_required
+@require_POST
+def job_bulk_cancel(request):
+    """Cancel the ticked jobs the user may cancel; the others are named, nothing else happens to them."""
+    ids = [int(v) for v in request.POST.getlist("job") if v.isdigit()][:listing.PAGE_SIZES[-1]]
+    result = actions.request_cancel_many(request.user, ids, visible_jobs(request.user))
+    if result.cancelled:
+        messages.success(request, f"Cancelling {len(result.cancelled)} job(s): "
+                                  + ", ".join(job.name for job in result.cancelled) + ".")
+    if result.refused:
+        messages.error(request, "Not cancelled (only the job's owner or a project admin may): "
+                                + ", ".join(job.name for job in result.refused) + ".")
+    if result.ended:
+        messages.info(request, "Already ended: " + ", ".join(job.name for job in result.ended) + ".")
+    if not ids:
+        messages.info(request, "Tick the jobs to cancel first.")
+    back = request.POST.get("next", "")
+    return redirect(back if back.startswith("/jobs/") and url_has_allowed_host_and_scheme(back, None) else "job-list")
 
 
 def _form(request, data=None, initial=None) -> JobForm:

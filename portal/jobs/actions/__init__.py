@@ -11,11 +11,13 @@ Every state change goes through `portal.jobs.transitions`; work for a worker is 
 """
 
 from portal.jobs.actions.cancel import (
+    BulkCancel,
     CancelError,
     cancel_for_budget,
     cancel_on_scheduler,
     may_cancel,
     request_cancel,
+    request_cancel_many,
     request_cancel_sweep,
 )
 from portal.jobs.actions.dispatch import DispatchOutcome, dispatch_array, dispatch_job, recover_stale_jobs
@@ -32,9 +34,10 @@ from portal.jobs.actions.validation import (
 )
 
 __all__ = [
-    "MAX_SWEEP_JOBS", "NOTEBOOK_OUTPUT", "BudgetRefused", "CancelError", "DispatchOutcome", "JobRequest", "Submission",
+    "MAX_SWEEP_JOBS", "NOTEBOOK_OUTPUT", "BudgetRefused", "BulkCancel", "CancelError", "DispatchOutcome", "JobRequest", "Submission",
     "SubmitError", "SweepSubmission", "cancel_for_budget", "cancel_on_scheduler", "dispatch_array", "dispatch_job",
     "expand_sweep", "format_walltime", "may_cancel", "notebook_payload", "parse_walltime", "prepare_job",
-    "record_jobs", "recover_stale_jobs", "request_cancel", "request_cancel_sweep", "submit_job", "submit_sweep",
+    "record_jobs", "recover_stale_jobs", "request_cancel", "request_cancel_many", "request_cancel_sweep", "submit_job",
+    "submit_sweep",
     "sweep_of",
 ]
