@@ -1,6 +1,7 @@
 """Template context shared by every page."""
 
-_SECTIONS = {"projects": "projects", "jobs": "jobs", "data": "data", "usage": "usage", "settings": "settings", "site": "site"}
+_SECTIONS = {"projects": "projects", "jobs": "jobs", "data": "data", "usage": "usage", "settings": "settings", "site": "site",
+             "clusters": "clusters"}
 
 
 def navigation(request) -> dict:

@@ -34,6 +34,7 @@ urlpatterns = [
     path("jobs/groups/<int:pk>/", job_views.job_group, name="job-group"),
     path("jobs/groups/<int:pk>/cancel/", job_views.job_group_cancel, name="job-group-cancel"),
     path("jobs/<int:pk>/outputs/<int:artifact_id>/", job_views.job_artifact, name="job-artifact"),
+    path("clusters/", cluster_views.cluster_health, name="cluster-health"),
     path("settings/clusters/", cluster_views.cluster_accounts, name="cluster-accounts"),
     path("settings/clusters/<slug:slug>/link/", cluster_views.link, name="cluster-account-link"),
     path("settings/clusters/<slug:slug>/verify/", cluster_views.verify, name="cluster-account-verify"),

@@ -1,4 +1,5 @@
-"""Settings → Cluster accounts: link your own cluster account with a key the portal generates."""
+"""Settings → Cluster accounts: link your own cluster account with a key the portal generates; Clusters: how each
+cluster your projects use is doing."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from portal.audit.actions import record
 from portal.clusters import actions
 from portal.clusters.connect import kinds_reached
 from portal.clusters.forms import LinkAccountForm
-from portal.clusters.models import Allocation, Cluster, ClusterAccount, IdentityMode
+from portal.clusters.models import Allocation, Cluster, ClusterAccount, ClusterHealth, IdentityMode
 from portal.enqueue import VERIFY_ACCOUNT, enqueue_on_commit
 from portal.projects import access
 
@@ -72,3 +73,15 @@ def account_status(request, slug: str):
     if account.last_error != "checking…" and request.htmx:
         response.status_code = 286
     return response
+
+
+@login_required
+def cluster_health(request):
+    """Clusters: reachable or not, the last error, how busy — as the health beat last saw them (never asked here).
+    Each person sees the clusters their projects are allocated; site staff see every cluster."""
+    clusters = Cluster.objects.filter(enabled=True)
+    if not request.user.is_staff:
+        projects = access.visible_projects(request.user)
+        clusters = clusters.filter(pk__in=Allocation.objects.filter(project__in=projects).values("cluster_id"))
+    rows = [(cluster, ClusterHealth.objects.filter(cluster=cluster).first()) for cluster in clusters.order_by("name")]
+    return render(request, "clusters/health.html", {"rows": rows})
