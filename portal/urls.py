@@ -33,6 +33,7 @@ urlpatterns = [
     path("jobs/<int:pk>/cancel/", job_views.job_cancel, name="job-cancel"),
     path("jobs/groups/<int:pk>/", job_views.job_group, name="job-group"),
     path("jobs/groups/<int:pk>/cancel/", job_views.job_group_cancel, name="job-group-cancel"),
+    path("jobs/groups/<int:pk>/rerun/", job_views.job_group_rerun, name="job-group-rerun"),
     path("jobs/<int:pk>/outputs/<int:artifact_id>/", job_views.job_artifact, name="job-artifact"),
     path("clusters/", cluster_views.cluster_health, name="cluster-health"),
     path("settings/clusters/", cluster_views.cluster_accounts, name="cluster-accounts"),

@@ -18,6 +18,7 @@ from portal.jobs.forms import JobForm
 from portal.jobs.models import Job, JobGroup, JobState
 from portal.jobs.outputs import request_output_refresh
 from portal.jobs.queries import visible_jobs
+from portal.jobs.sweep_table import parameter_text, sweep_table
 from portal.projects import access
 from portal.storage.actions import open_job_output
 
@@ -267,18 +268,43 @@ def job_group_cancel(request, pk: int):
     return redirect("job-group", pk=group.pk)
 
 
+def _group_or_404(user, pk: int) -> JobGroup:
+    return get_object_or_404(JobGroup.objects.filter(project__in=access.visible_projects(user)), pk=pk)
+
+
 @login_required
 def job_group(request, pk: int):
-    group = get_object_or_404(JobGroup.objects.filter(project__in=access.visible_projects(request.user)), pk=pk)
-    jobs = visible_jobs(request.user).filter(group=group).order_by("pk")
-    counts = {label: jobs.filter(state=value).count() for value, label in JobState.choices}
+    group = _group_or_404(request.user, pk)
+    jobs = list(visible_jobs(request.user).filter(group=group).order_by("array_index", "pk"))
+    states = [job.state for job in jobs]
+    counts = {label: states.count(value) for value, label in JobState.choices if value in states}
     template = "jobs/_group_table.html" if request.htmx else "jobs/group.html"
     active = sum(1 for job in jobs if not job.is_final)
-    response = render(request, template, {"group": group, "jobs": jobs, "active": active,
-                                          "counts": {k: v for k, v in counts.items() if v}})
+    response = render(request, template, {
+        "group": group, "jobs": jobs, "active": active, "counts": counts, "table": sweep_table(jobs),
+        "sweep_values": [(name, ", ".join(parameter_text(v) for v in values)) for name, values in (group.sweep or {}).items()],
+        "rerunnable": len(actions.points_to_rerun(group)),
+    })
     if request.htmx and all(job.is_final for job in jobs):
         response.status_code = STOP_POLLING
     return response
+
+
+@login_required
+@require_POST
+def job_group_rerun(request, pk: int):
+    """"Re-run failed points": a new job in the sweep for each point whose latest attempt failed or timed out."""
+    group = _group_or_404(request.user, pk)
+    try:
+        jobs = actions.rerun_failed(group, request.user)
+    except actions.SubmitError as exc:
+        messages.error(request, exc.message)
+    except PermissionDenied as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Re-running {len(jobs)} point(s) of sweep {group.name}: "
+                                  + ", ".join(job.name for job in jobs) + ".")
+    return redirect("job-group", pk=group.pk)
 
 
 @login_required
