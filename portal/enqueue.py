@@ -16,8 +16,9 @@ CANCEL_JOB = "portal.jobs.tasks.cancel_job_task"
 FETCH_OUTPUT = "portal.jobs.tasks.fetch_output_task"
 RECORD_HEALTH_CHECK = "portal.jobs.tasks.record_health_check_task"
 VERIFY_ACCOUNT = "portal.clusters.tasks.verify_account_task"
+SEND_NOTIFICATION_EMAIL = "portal.notifications.tasks.send_notification_email_task"
 
-TASKS = (DISPATCH_JOB, CANCEL_JOB, FETCH_OUTPUT, RECORD_HEALTH_CHECK, VERIFY_ACCOUNT)
+TASKS = (DISPATCH_JOB, CANCEL_JOB, FETCH_OUTPUT, RECORD_HEALTH_CHECK, VERIFY_ACCOUNT, SEND_NOTIFICATION_EMAIL)
 
 
 def enqueue(task: str, *args: object) -> None:

@@ -98,6 +98,7 @@ INSTALLED_APPS = [
     "portal.api",
     "portal.storage",
     "portal.hub",
+    "portal.notifications",
 ]
 
 MIDDLEWARE = [
@@ -130,6 +131,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "portal.context.navigation",
+                "portal.context.notifications",
             ],
         },
     },
@@ -267,6 +269,8 @@ MEDIA_ROOT = Path(env_str("KAKEHASHI_MEDIA_ROOT", str(VAR_DIR / "media")))
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "kakehashi@localhost")
+# The portal's address as people reach it, for links in emails (notifications).
+KAKEHASHI_SITE_URL = env_str("KAKEHASHI_SITE_URL", "http://127.0.0.1:8000").rstrip("/")
 
 # Celery. With no broker configured the development profile uses kombu's file-system transport, which needs
 # no server; production sets CELERY_BROKER_URL=redis://...

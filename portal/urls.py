@@ -6,6 +6,7 @@ from portal.audit import views as audit_views
 from portal.budgets import views as budget_views
 from portal.clusters import views as cluster_views
 from portal.jobs import views as job_views
+from portal.notifications import views as notification_views
 from portal.overview import views as overview
 from portal.projects import views as project_views
 from portal.usage import views as usage_views
@@ -36,6 +37,9 @@ urlpatterns = [
     path("jobs/groups/<int:pk>/rerun/", job_views.job_group_rerun, name="job-group-rerun"),
     path("jobs/<int:pk>/outputs/<int:artifact_id>/", job_views.job_artifact, name="job-artifact"),
     path("clusters/", cluster_views.cluster_health, name="cluster-health"),
+    path("notifications/", notification_views.notification_list, name="notifications"),
+    path("notifications/read/", notification_views.mark_read, name="notifications-read"),
+    path("settings/notifications/", notification_views.preferences, name="notification-preferences"),
     path("settings/clusters/", cluster_views.cluster_accounts, name="cluster-accounts"),
     path("settings/clusters/<slug:slug>/link/", cluster_views.link, name="cluster-account-link"),
     path("settings/clusters/<slug:slug>/verify/", cluster_views.verify, name="cluster-account-verify"),

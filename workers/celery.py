@@ -10,7 +10,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
 app = Celery("kakehashi")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["portal.jobs", "portal.usage", "portal.clusters", "portal.storage"])
+app.autodiscover_tasks(["portal.jobs", "portal.usage", "portal.clusters", "portal.storage",
+                        "portal.notifications"])
 
 
 @app.on_after_finalize.connect

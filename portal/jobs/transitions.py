@@ -19,6 +19,8 @@ from portal.budgets import actions as budgets
 from portal.catalog import job_templates
 from portal.jobs import events
 from portal.jobs.models import FINAL_STATES, Job, JobState
+from portal.notifications import actions as notifications
+from portal.notifications.models import Kind
 
 
 def record_new(jobs: Sequence[Job], *, reason: str, actor=None) -> None:
@@ -39,6 +41,9 @@ def transition(job: Job, to: str, *, reason: str = "", actor=None, **fields: Any
     events.moved([(job, from_state)], to, reason=reason, actor=actor)
     if to in FINAL_STATES:
         _settle(job)
+        kind = _notice(job, to, actor)
+        if kind:
+            notifications.job_ended(job, kind)
         if job.scheduler_id:
             # Keep the final stdout/stderr in the portal: the cluster's copy may be purged later.
             enqueue.enqueue_on_commit(enqueue.FETCH_OUTPUT, job.pk)
@@ -99,6 +104,24 @@ def mark_seen(job_ids: Sequence[int], at: datetime) -> None:
 def mark_reminded(job_id: int, at: datetime) -> bool:
     """Note that the owner was reminded of a long-running job; False if someone already did (compare-and-set)."""
     return Job.objects.filter(pk=job_id, reminded_at__isnull=True).update(reminded_at=at) == 1
+
+
+# How portal/usage/enforcement.py words a strict budget's cancel (its note, or a queued job's ending reason).
+BUDGET_CANCEL_WORDS = "reached its strict budget"
+
+
+def _notice(job: Job, to: str, actor) -> str | None:
+    """What the owner is told of this ending: nothing when they cancelled it themselves."""
+    if to == JobState.COMPLETED:
+        return Kind.ENDED
+    if to != JobState.CANCELLED:
+        return Kind.FAILED
+    if BUDGET_CANCEL_WORDS in job.state_reason or job.events.filter(
+            actor__isnull=True, reason__contains=BUDGET_CANCEL_WORDS).exists():
+        return Kind.BUDGET
+    if actor is not None and actor.pk == job.user_id:
+        return None
+    return Kind.ENDED
 
 
 def _settle(job: Job) -> None:
