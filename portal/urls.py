@@ -17,6 +17,7 @@ urlpatterns = [
     path("projects/", overview.project_list, name="project-list"),
     path("projects/<slug:slug>/", overview.project_detail, name="project-detail"),
     path("projects/<slug:slug>/members/", project_views.members, name="project-members"),
+    path("projects/<slug:slug>/clusters/", cluster_views.project_clusters, name="project-clusters"),
     path("projects/<slug:slug>/budget-bar/", overview.budget_bar, name="project-budget-bar"),
     path("projects/<slug:slug>/budget/", budget_views.budget, name="project-budget"),
     path("projects/<slug:slug>/usage/", usage_views.project_usage, name="project-usage"),

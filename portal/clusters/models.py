@@ -105,6 +105,16 @@ class Allocation(models.Model):
     )
     # Hardware types the project may use on this cluster; none chosen = all of them.
     hardware = models.ManyToManyField("catalog.HardwareType", blank=True)
+    # The project's own choice within that grant (its owners and admins set it on the project's Clusters page):
+    # whether its members use this cluster at all, and granted hardware types it chose not to use.
+    in_use = models.BooleanField(default=True, help_text="set by the project: off = its members do not run here")
+    unused_hardware = models.ManyToManyField("catalog.HardwareType", blank=True, related_name="+",
+                                             help_text="granted hardware the project chose not to use")
+
+    def granted_hardware(self):
+        """What site admins granted here: the chosen hardware types, else every enabled one of the cluster."""
+        chosen = self.hardware.all()
+        return chosen if chosen.exists() else self.cluster.hardware.filter(enabled=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["project", "cluster"], name="one_allocation_per_cluster")]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
@@ -85,3 +86,28 @@ def cluster_health(request):
         clusters = clusters.filter(pk__in=Allocation.objects.filter(project__in=projects).values("cluster_id"))
     rows = [(cluster, ClusterHealth.objects.filter(cluster=cluster).first()) for cluster in clusters.order_by("name")]
     return render(request, "clusters/health.html", {"rows": rows})
+
+
+@login_required
+def project_clusters(request, slug: str):
+    """A project's clusters and hardware: what site admins granted, and what the project chose to use of it.
+    Owners and admins change the choice; everyone in the project sees it; others get 404."""
+    project = get_object_or_404(access.visible_projects(request.user), slug=slug)
+    can_manage = access.can(request.user, project, "manage")
+    allocations = Allocation.objects.filter(project=project).select_related("cluster").order_by("cluster__name")
+    if request.method == "POST":
+        allocation = get_object_or_404(allocations, pk=request.POST.get("allocation") or 0)
+        try:
+            actions.set_project_usage(request.user, allocation, in_use=request.POST.get("in_use") == "on",
+                                      hardware_ids=[int(v) for v in request.POST.getlist("hardware") if v.isdigit()])
+        except (ValidationError, PermissionDenied) as exc:
+            messages.error(request, exc.messages[0] if isinstance(exc, ValidationError) else str(exc))
+        else:
+            messages.success(request, f"Saved what {project.slug} uses on {allocation.cluster.name}.")
+        return redirect("project-clusters", slug=project.slug)
+    rows = []
+    for allocation in allocations:
+        unused = set(allocation.unused_hardware.values_list("pk", flat=True))
+        rows.append({"allocation": allocation,
+                     "hardware": [(hw, hw.pk not in unused) for hw in allocation.granted_hardware().order_by("name")]})
+    return render(request, "clusters/project_clusters.html", {"project": project, "rows": rows, "can_manage": can_manage})
