@@ -19,7 +19,6 @@ class Notification(models.Model):
     text = models.CharField(max_length=500)
     created_at = models.DateTimeField(auto_now_add=True)
     read_at = models.DateTimeField(null=True, blank=True)
-    emailed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-id"]
