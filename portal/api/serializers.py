@@ -99,6 +99,20 @@ class ProjectSerializer(serializers.Serializer):
         return getattr(project, "my_role", None) or (Role.OWNER if self.context["request"].user.is_staff else None)
 
 
+class ClusterHealthSerializer(serializers.Serializer):
+    """What the health beat last recorded of a cluster (portal/clusters/health.py); null figures: not said."""
+
+    reachable = serializers.BooleanField()
+    checked_at = serializers.DateTimeField()
+    answered_at = serializers.DateTimeField(allow_null=True, help_text="the last time it answered")
+    last_error = serializers.CharField(allow_blank=True)
+    pending = serializers.IntegerField(allow_null=True, help_text="jobs waiting to start")
+    running = serializers.IntegerField(allow_null=True)
+    free_nodes = serializers.IntegerField(allow_null=True)
+    total_nodes = serializers.IntegerField(allow_null=True)
+    expected_start = serializers.DateTimeField(allow_null=True, help_text="when the waiting jobs should start (Slurm)")
+
+
 class ClusterSerializer(serializers.Serializer):
     slug = serializers.SlugField()
     name = serializers.CharField()
@@ -106,6 +120,12 @@ class ClusterSerializer(serializers.Serializer):
     site_profile = serializers.CharField()
     description = serializers.CharField(allow_blank=True)
     enabled = serializers.BooleanField()
+    health = serializers.SerializerMethodField(help_text="null: not checked yet")
+
+    @extend_schema_field(ClusterHealthSerializer(allow_null=True))
+    def get_health(self, cluster) -> dict[str, Any] | None:
+        health = getattr(cluster, "health", None)  # a reverse one-to-one without a row raises AttributeError
+        return ClusterHealthSerializer(health).data if health is not None else None
 
 
 class HardwareSerializer(serializers.Serializer):

@@ -75,3 +75,10 @@ def test_places_of_another_project_are_not_found_and_bad_shapes_are_explained(ch
                           ({"project": "vision", "gpus": "$(id):8"}, "gpus")):
         answer = alice_api.get("/api/v1/places/", params)
         assert answer.status_code == 400 and answer.json()["field"] == field, (params, answer.content)
+
+
+def test_the_clusters_endpoint_carries_each_clusters_last_health_check(checked_site, alice_api, mallory_api):
+    clusters = {c["slug"]: c for c in alice_api.get("/api/v1/clusters/").json()["results"]}
+    slurm = clusters["slurm-test"]["health"]
+    assert slurm["reachable"] is True and slurm["total_nodes"] == 2 and slurm["pending"] is not None
+    assert [c["slug"] for c in mallory_api.get("/api/v1/clusters/").json()["results"]] == ["local"]
