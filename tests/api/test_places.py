@@ -8,7 +8,7 @@ import pytest
 
 from tests.api.conftest import job_body
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.cluster, pytest.mark.django_db]
 
 
 @pytest.fixture

@@ -52,6 +52,7 @@ def test_pbs_counts_queued_and_held_jobs_and_free_nodes_and_says_nothing_of_node
     assert parse_pbs_load(table + "@@nodes 127\npbsnodes: command not found\n").free_nodes is None
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("profile", PROFILES, ids=lambda p: p.name)
 def test_a_held_job_shows_as_waiting_and_the_nodes_are_counted_on_the_real_scheduler(profile, backend, make_spec):
     spec = make_spec("echo never\n", group=profile.group)

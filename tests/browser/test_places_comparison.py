@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 
 from tests.browser.conftest import job_form_field, log_in, open_new_job_form
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.browser, pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
 
 TORCH = "PyTorch 2.13 + papermill (modules)"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.cluster, pytest.mark.django_db]
 
 
 def test_the_beat_records_each_cluster_and_the_page_shows_queue_depth_free_nodes_and_a_silent_cluster(client, hpc_site):
