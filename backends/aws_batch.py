@@ -33,6 +33,7 @@ from backends.base import (
     JobRecord,
     JobSpec,
     JobStatus,
+    Load,
     Reach,
     RemoteFile,
     StagingReport,
@@ -298,10 +299,15 @@ class AWSBatchBackend(Backend):
                                  (job.get("timeout") or {}).get("attemptDurationSeconds"), is_array))
         return jobs
 
-    def waiting_jobs(self, queue: str) -> int:
-        """How many jobs wait in this queue for capacity (RUNNABLE): how busy this hardware is now."""
+    def load(self, queues: Sequence[str] = ()) -> Load:
+        """How many jobs wait for capacity (RUNNABLE) in each of these queues and how many run: how busy this
+        hardware is now. Batch has no nodes to count (queues grow and shrink), so free nodes are unknown."""
         aws = self._clients()
-        return sum(1 for _ in self._pages(aws.batch.list_jobs, "jobSummaryList", jobQueue=queue, jobStatus="RUNNABLE"))
+        waiting = {queue: sum(1 for _ in self._pages(aws.batch.list_jobs, "jobSummaryList", jobQueue=queue,
+                                                     jobStatus="RUNNABLE")) for queue in queues}
+        running = sum(1 for queue in queues
+                      for _ in self._pages(aws.batch.list_jobs, "jobSummaryList", jobQueue=queue, jobStatus="RUNNING"))
+        return Load(pending=sum(waiting.values()), running=running, per_queue=waiting)
 
     def _pages(self, method, key: str, **kwargs) -> Iterator[dict]:
         token = None

@@ -39,6 +39,7 @@ from backends.spec import (
     JobSpec,
     JobStatus,
     Launcher,
+    Load,
     Reach,
     RemoteFile,
     Resources,
@@ -52,7 +53,7 @@ from backends.transport import CommandResult, SSHTransport, Transport, Transport
 
 __all__ = [
     "DATA_DIR", "DataFile", "DataInput", "DataRefused", "StagingReport", "FINAL_STATES", "OUTPUTS_DIR", "PAYLOAD_FILE", "SCRIPT_FILE", "STDERR_FILE", "STDOUT_FILE", "Access",
-    "ArrayElement", "Backend", "BackendError", "InvalidJobSpec", "JobRecord", "JobSpec", "JobStatus", "Launcher",
+    "ArrayElement", "Backend", "BackendError", "InvalidJobSpec", "JobRecord", "JobSpec", "JobStatus", "Launcher", "Load",
     "Reach", "RemoteFile", "Resources", "State", "SubmitRefused", "TransportError", "element_dir",
 ]
 
@@ -165,6 +166,14 @@ class Backend(ABC):
     def parse_records(self, result: CommandResult, scheduler_ids: Sequence[str]) -> dict[str, JobRecord]:
         """Final records of finished jobs; jobs accounting does not (yet) know are absent."""
 
+    def load_command(self, queues: Sequence[str]) -> str | None:
+        """One command that asks how busy the cluster is (queue and nodes); None if this backend cannot tell."""
+        return None
+
+    def parse_load(self, result: CommandResult) -> Load:
+        """What `load_command` printed; BackendError if the scheduler could not be asked."""
+        raise NotImplementedError
+
     def cancel_command(self, scheduler_id: str) -> str:
         """The command that asks the scheduler to stop this (checked) job."""
         return shlex.join([*self.cancel_argv, scheduler_id])
@@ -230,6 +239,14 @@ class Backend(ABC):
         result = self.run(self.cancel_command(job_id))
         if not result.ok and not self.cancel_gone(result):
             raise BackendError(f"cancelling job {job_id} failed (exit {result.exit_status}): {result.message}")
+
+    def load(self, queues: Sequence[str] = ()) -> Load:
+        """How busy the cluster is now: jobs waiting and running, free nodes, when the waiting ones should start
+        (where the scheduler says). `queues` narrows it to the portal's own queues where a backend has many."""
+        command = self.load_command(queues)
+        if command is None:
+            return Load()
+        return self.parse_load(self.run(command, timeout=60))
 
     def element_id(self, array_id: str, index: int) -> str:
         """The scheduler's id of one element of the array `array_id` (as `submit` returned it)."""

@@ -20,6 +20,7 @@ from backends.base import (
     JobRecord,
     JobSpec,
     JobStatus,
+    Load,
     Reach,
     State,
     SubmitRefused,
@@ -132,6 +133,15 @@ class LocalBackend(Backend):
             f"for i in 1 2 3 4 5 6 7 8 9 10; do [ -f {d}/job.pid ] || [ -f {d}/exit_code ] && break; sleep 0.2; done; "
             f"[ -f {d}/job.pid ] && kill -TERM -- -$(cat {d}/job.pid) 2>/dev/null; true"
         )
+
+    def load_command(self, queues: Sequence[str]) -> str | None:
+        # No queue: a job starts when it is submitted. What runs is a job directory with a pid and no exit code.
+        return ('n=0; for p in $(find . -maxdepth 4 -name job.pid 2>/dev/null); do '
+                '[ -f "$(dirname "$p")/exit_code" ] || n=$((n+1)); done; echo "$n"')
+
+    def parse_load(self, result: CommandResult) -> Load:
+        running = self.checked(result, "local load query").strip()
+        return Load(pending=0, running=int(running) if running.isdigit() else None)
 
 
 def _each_job_dir(job_ids: Sequence[str], body: str) -> str:

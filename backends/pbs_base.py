@@ -32,8 +32,9 @@ from backends.base import (
     JobSpec,
     JobStatus,
     Launcher,
+    Load,
 )
-from backends.pbs_parse import IndexEntry, Observation, parse_query, submit_error
+from backends.pbs_parse import IndexEntry, Observation, parse_pbs_load, parse_query, submit_error
 from backends.safety import check_job_name, check_mapping, check_path
 from backends.script import Dialect, recorded_id_command
 from backends.transport import CommandResult
@@ -223,3 +224,15 @@ class PBSBase(Backend):
 
     def parse_records(self, result: CommandResult, scheduler_ids: Sequence[str]) -> dict[str, JobRecord]:
         return {i: o.record() for i, o in self.observe(result, scheduler_ids).items() if o.state.is_final}
+
+    # ------------------------------------------------------------------------------ how busy the cluster is
+
+    def load_command(self, queues: Sequence[str]) -> str | None:
+        # The job table, then the nodes. Torque's qstat (and the wrappers) exit 153 for an empty table.
+        return (
+            "qstat; rc=$?; [ $rc = 0 ] || [ $rc = 153 ] || exit $rc; "
+            'nodes=$(pbsnodes -a 2>&1); echo "@@nodes $?"; echo "$nodes"'
+        )
+
+    def parse_load(self, result: CommandResult) -> Load:
+        return parse_pbs_load(self.checked(result, "qstat"))

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 
-from backends.base import BackendError, JobRecord, JobStatus, State, SubmitRefused
+from backends.base import BackendError, JobRecord, JobStatus, Load, State, SubmitRefused
 from backends.script import hms
 
 # Failures that may pass by themselves: never shown to a researcher as a refusal of their job.
@@ -251,3 +251,41 @@ def submit_error(exit_status: int, stdout: str, stderr: str) -> BackendError:
         return SubmitRefused(message)
     detail = (stderr.strip() or stdout.strip())[:2000]
     return BackendError(f"qsub failed (exit {exit_status}): {detail}")
+
+
+# ------------------------------------------------------------------------------- how busy the cluster is
+
+_PBS_WAITING = {"Q", "H", "W", "T", "S"}  # queued, held, waiting for its start time, moving, suspended
+_PBS_RUNNING = {"R", "E", "B"}  # running, exiting, an array with tasks running
+
+
+def parse_pbs_load(text: str) -> Load:
+    """`qstat` (the job table: id, name, user, time, state, queue), the marker `@@nodes RC`, then `pbsnodes -a`
+    (a node's name at the line start, then indented `state = free`). Ended jobs (C, F, X) do not count; a node
+    is free when its state is exactly `free`; free nodes are unknown (None) where pbsnodes failed."""
+    jobs, _, nodes_part = text.partition("@@nodes")
+    pending = running = 0
+    per_queue: dict[str, int] = {}
+    for line in jobs.splitlines():
+        parts = line.split()
+        if len(parts) < 6 or not parts[0][:1].isdigit():
+            continue
+        state, queue = parts[-2], parts[-1]
+        if state in _PBS_WAITING:
+            pending += 1
+            per_queue[queue] = per_queue.get(queue, 0) + 1
+        elif state in _PBS_RUNNING:
+            running += 1
+    rc, _, listing = nodes_part.partition("\n")
+    states: dict[str, str] = {}
+    node = ""
+    for line in listing.splitlines():
+        if line and not line[0].isspace():
+            node = line.strip()
+            states[node] = ""
+        elif node and line.strip().startswith("state ="):
+            states[node] = line.split("=", 1)[1].strip()
+    if rc.strip() != "0":
+        return Load(pending=pending, running=running, per_queue=per_queue)
+    return Load(pending=pending, running=running, free_nodes=sum(1 for s in states.values() if s == "free"),
+                total_nodes=len(states), per_queue=per_queue)

@@ -39,11 +39,20 @@ from backends.base import (
     JobRecord,
     JobSpec,
     JobStatus,
+    Load,
     SubmitRefused,
 )
 from backends.safety import check_group, check_job_name, check_mapping
 from backends.script import Dialect, recorded_id_command
-from backends.sge_parse import is_refusal, parse_find, parse_qacct, parse_qstat_xml, qsub_error, terse_id
+from backends.sge_parse import (
+    is_refusal,
+    parse_find,
+    parse_qacct,
+    parse_qstat_load,
+    parse_qstat_xml,
+    qsub_error,
+    terse_id,
+)
 from backends.transport import CommandResult
 
 PROFILES = ("tsubame", "abci", "generic")
@@ -199,3 +208,13 @@ class SGEBackend(Backend):
         if unexpected:
             raise BackendError(f"qacct failed: {'; '.join(unexpected)[:2000]}")
         return parse_qacct(result.stdout, set(scheduler_ids))
+
+    # ------------------------------------------------------------------------------ how busy the cluster is
+
+    def load_command(self, queues: Sequence[str]) -> str | None:
+        # One listing of every queue instance (used/total slots, alarm states) and every user's jobs, pending
+        # ones last: qstat -g c sums slots per cluster queue but cannot tell a free host from a half-used one.
+        return "qstat -f -u '*'"
+
+    def parse_load(self, result: CommandResult) -> Load:
+        return parse_qstat_load(self.checked(result, "qstat"))

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from backends.base import BackendError, JobRecord, JobStatus, State
+from backends.base import BackendError, JobRecord, JobStatus, Load, State
 
 _ID_RE = re.compile(r"^\d+$")
 # `qsub -terse` prints "123", or "123.1-4:1" for an array job.
@@ -426,3 +426,55 @@ def parse_qacct(text: str, wanted: set[str]) -> dict[str, JobRecord]:
         if rows:
             records[scheduler_id] = _merged_record(scheduler_id, rows)
     return records
+
+
+# ------------------------------------------------------------------------------- how busy the cluster is
+
+_QUEUE_LINE = re.compile(r"^(?P<queue>[^@\s]+)@(?P<host>\S+)\s+\S+\s+(?:\d+/)?(?P<used>\d+)/(?P<total>\d+)\s+\S+\s+\S+"
+                         r"\s*(?P<states>\S*)\s*$")
+_JOB_LINE = re.compile(r"^\s*(?P<id>\d+)\s+[\d.]+\s+\S+\s+\S+\s+(?P<state>[A-Za-z]+)\s+\d\d/\d\d/\d{4}\s+\S+"
+                       r"(?:\s+(?P<queue>\S+@\S+))?\s+(?P<slots>\d+)(?:\s+(?P<tasks>\S+))?\s*$")
+
+
+def task_count(tasks: str | None) -> int:
+    """How many array tasks a qstat tasks column names ("4", "5,6,8", "3-10:1", "1-9:2"); 1 for a plain job."""
+    if not tasks:
+        return 1
+    count = 0
+    for part in tasks.split(","):
+        span, _, step = part.partition(":")
+        first, _, last = span.partition("-")
+        if first.isdigit() and last.isdigit():
+            count += (int(last) - int(first)) // max(int(step) if step.isdigit() else 1, 1) + 1
+        elif first.isdigit():
+            count += 1
+    return max(count, 1)
+
+
+def parse_qstat_load(text: str) -> Load:
+    """`qstat -f -u '*'`: queue instances with their used/total slots and states, running jobs under them, then
+    the pending jobs. A host is free when every queue instance on it has nothing running and no alarm or
+    disabled state; a waiting job counts once per array task; a job in error (Eqw) is not waiting to start."""
+    hosts: dict[str, bool] = {}
+    pending = running = 0
+    in_pending = False
+    for line in text.splitlines():
+        if "PENDING JOBS" in line:
+            in_pending = True
+            continue
+        queue = _QUEUE_LINE.match(line)
+        if queue and not in_pending:
+            free = queue["used"] == "0" and not queue["states"]
+            hosts[queue["host"]] = hosts.get(queue["host"], True) and free
+            continue
+        job = _JOB_LINE.match(line)
+        if not job:
+            continue
+        state = job["state"]
+        if in_pending or "q" in state:
+            if "E" in state:
+                continue
+            pending += task_count(job["tasks"])
+        else:
+            running += 1
+    return Load(pending=pending, running=running, free_nodes=sum(hosts.values()), total_nodes=len(hosts))

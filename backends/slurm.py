@@ -19,6 +19,7 @@ from backends.base import (
     JobRecord,
     JobSpec,
     JobStatus,
+    Load,
     State,
     SubmitRefused,
 )
@@ -176,8 +177,58 @@ class SlurmBackend(Backend):
         text, _, controller = self.checked(result, "sacct").partition(f"{SCONTROL_MARK}\n")
         return parse_sacct(text, set(scheduler_ids), fields, parse_scontrol_exit_codes(controller))
 
+    def load_command(self, queues: Sequence[str]) -> str | None:
+        # Three readings in one round trip, each after a marker: every job's state and partition (array
+        # elements one by one), each node's state (a node in two partitions is listed twice), and when the
+        # backfill scheduler expects each waiting job to start (epoch seconds; N/A where it has no plan yet).
+        return (
+            "echo @@jobs; squeue -h -r -t PD,R,CG,CF -o '%T|%P' && "
+            "echo @@nodes; sinfo -h -N -o '%N|%T' && "
+            "echo @@start; SLURM_TIME_FORMAT=%s squeue -h -r -t PD --start -o '%S'"
+        )
+
+    def parse_load(self, result: CommandResult) -> Load:
+        return parse_slurm_load(self.checked(result, "squeue/sinfo"))
+
 
 _SQUEUE_FORMAT = "%i|%T|%r"
+
+
+def _sections(text: str) -> dict[str, list[str]]:
+    """Lines after each `@@name` marker line."""
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        if line.startswith("@@"):
+            current = sections.setdefault(line[2:].strip(), [])
+        elif current is not None and line.strip():
+            current.append(line.strip())
+    return sections
+
+
+def parse_slurm_load(text: str) -> Load:
+    """What `load_command` printed: jobs waiting and running, idle nodes, the latest expected start."""
+    sections = _sections(text)
+    pending = running = 0
+    per_queue: dict[str, int] = {}
+    for line in sections.get("jobs", []):
+        state, _, partition = line.partition("|")
+        if state in _PENDING:
+            pending += 1
+            per_queue[partition] = per_queue.get(partition, 0) + 1
+        else:
+            running += 1
+    nodes: dict[str, str] = {}
+    for line in sections.get("nodes", []):
+        name, _, state = line.partition("|")
+        nodes[name] = state
+    starts = [_epoch(line) for line in sections.get("start", [])]
+    known = [start for start in starts if start is not None]
+    return Load(
+        pending=pending, running=running, total_nodes=len(nodes) if "nodes" in sections else None,
+        free_nodes=sum(1 for state in nodes.values() if state == "idle") if "nodes" in sections else None,
+        expected_start=max(known) if known else None, per_queue=per_queue,
+    )
 
 
 def parse_squeue(text: str, wanted: set[str]) -> dict[str, JobStatus]:

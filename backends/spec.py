@@ -174,6 +174,20 @@ class RemoteFile:
     size: int
 
 
+@dataclass(frozen=True)
+class Load:
+    """How busy a cluster is now, as its scheduler says (None: this scheduler does not say). Asked for by the
+    health beat (Backend.load) and shown beside the places a job may run; never asked for in a web request."""
+
+    pending: int | None = None  # jobs waiting to start, each array element counted
+    running: int | None = None
+    free_nodes: int | None = None  # nodes running nothing and ready to take a job
+    total_nodes: int | None = None
+    # When the last job waiting now is expected to start (Slurm's `squeue --start`), where the scheduler predicts.
+    expected_start: datetime | None = None
+    per_queue: Mapping[str, int] = field(default_factory=dict)  # pending jobs by partition/queue
+
+
 class Reach(enum.StrEnum):
     """How the portal reaches a backend, which also says as whom the backend's jobs run."""
 

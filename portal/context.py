@@ -1,8 +1,19 @@
 """Template context shared by every page."""
 
-_SECTIONS = {"projects": "projects", "jobs": "jobs", "data": "data", "usage": "usage", "settings": "settings", "site": "site"}
+from portal.notifications.actions import unread
+
+_SECTIONS = {"projects": "projects", "jobs": "jobs", "data": "data", "usage": "usage", "settings": "settings", "site": "site",
+             "clusters": "clusters"}
 
 
 def navigation(request) -> dict:
     first = request.path.strip("/").split("/", 1)[0]
     return {"nav": _SECTIONS.get(first, "projects" if first == "" else "")}
+
+
+def notifications(request) -> dict:
+    """How many unread notifications the bell shows (one indexed count; nothing for anonymous pages)."""
+    user = getattr(request, "user", None)
+    if not getattr(user, "is_authenticated", False):
+        return {}
+    return {"unread_notifications": unread(user).count()}

@@ -98,6 +98,7 @@ INSTALLED_APPS = [
     "portal.api",
     "portal.storage",
     "portal.hub",
+    "portal.notifications",
 ]
 
 MIDDLEWARE = [
@@ -130,6 +131,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "portal.context.navigation",
+                "portal.context.notifications",
             ],
         },
     },
@@ -279,6 +281,8 @@ MEDIA_ROOT = Path(env_str("KAKEHASHI_MEDIA_ROOT", str(VAR_DIR / "media")))
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "kakehashi@localhost")
+# The portal's address as people reach it, for links in emails (notifications).
+KAKEHASHI_SITE_URL = env_str("KAKEHASHI_SITE_URL", "http://127.0.0.1:8000").rstrip("/")
 
 # Celery. With no broker configured the development profile uses the file-system transport, which needs
 # no server; production sets CELERY_BROKER_URL=redis://...
@@ -311,6 +315,8 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 KAKEHASHI_TRACK_INTERVAL = env_int("KAKEHASHI_TRACK_INTERVAL", 5)
 KAKEHASHI_RECOVER_INTERVAL = env_int("KAKEHASHI_RECOVER_INTERVAL", 30)
 KAKEHASHI_BUDGET_INTERVAL = env_int("KAKEHASHI_BUDGET_INTERVAL", 30)
+# How often each cluster is asked how busy it is (queue depth, free nodes) for its page and the comparison.
+KAKEHASHI_HEALTH_INTERVAL = env_int("KAKEHASHI_HEALTH_INTERVAL", 60)
 # A queued/submitting job untouched this long is re-dispatched (its broker message may have been lost).
 KAKEHASHI_STALE_DISPATCH_SECONDS = env_int("KAKEHASHI_STALE_DISPATCH_SECONDS", 60)
 # A job neither the queue nor accounting knows is flagged `lost` after this long.

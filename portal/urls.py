@@ -6,6 +6,7 @@ from portal.audit import views as audit_views
 from portal.budgets import views as budget_views
 from portal.clusters import views as cluster_views
 from portal.jobs import views as job_views
+from portal.notifications import views as notification_views
 from portal.overview import views as overview
 from portal.projects import views as project_views
 from portal.usage import views as usage_views
@@ -16,6 +17,7 @@ urlpatterns = [
     path("projects/", overview.project_list, name="project-list"),
     path("projects/<slug:slug>/", overview.project_detail, name="project-detail"),
     path("projects/<slug:slug>/members/", project_views.members, name="project-members"),
+    path("projects/<slug:slug>/clusters/", cluster_views.project_clusters, name="project-clusters"),
     path("projects/<slug:slug>/budget-bar/", overview.budget_bar, name="project-budget-bar"),
     path("projects/<slug:slug>/budget/", budget_views.budget, name="project-budget"),
     path("projects/<slug:slug>/usage/", usage_views.project_usage, name="project-usage"),
@@ -24,6 +26,7 @@ urlpatterns = [
     path("site/audit/", audit_views.audit_log, name="site-audit"),
     path("jobs/", job_views.job_list, name="job-list"),
     path("jobs/new/", job_views.job_new, name="job-new"),
+    path("jobs/cancel/", job_views.job_bulk_cancel, name="job-bulk-cancel"),
     path("jobs/preview/", job_views.job_preview, name="job-preview"),
     path("jobs/notebook/", job_views.job_notebook, name="job-notebook"),
     path("jobs/presets/", job_views.job_presets, name="job-presets"),
@@ -33,8 +36,13 @@ urlpatterns = [
     path("jobs/<int:pk>/cancel/", job_views.job_cancel, name="job-cancel"),
     path("jobs/groups/<int:pk>/", job_views.job_group, name="job-group"),
     path("jobs/groups/<int:pk>/cancel/", job_views.job_group_cancel, name="job-group-cancel"),
+    path("jobs/groups/<int:pk>/rerun/", job_views.job_group_rerun, name="job-group-rerun"),
     path("jobs/<int:pk>/outputs/<int:artifact_id>/", job_views.job_artifact, name="job-artifact"),
     path("jobs/<int:pk>/notebook/", job_views.job_executed_notebook, name="job-executed-notebook"),
+    path("clusters/", cluster_views.cluster_health, name="cluster-health"),
+    path("notifications/", notification_views.notification_list, name="notifications"),
+    path("notifications/read/", notification_views.mark_read, name="notifications-read"),
+    path("settings/notifications/", notification_views.preferences, name="notification-preferences"),
     path("settings/clusters/", cluster_views.cluster_accounts, name="cluster-accounts"),
     path("settings/clusters/<slug:slug>/link/", cluster_views.link, name="cluster-account-link"),
     path("settings/clusters/<slug:slug>/verify/", cluster_views.verify, name="cluster-account-verify"),

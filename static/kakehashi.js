@@ -6,7 +6,8 @@ document.addEventListener("DOMContentLoaded", () => {
   const nodes = form.querySelector("[name=nodes]");
   // Delegated: the presets are swapped in again when the project changes.
   form.addEventListener("click", (event) => {
-    const button = event.target.closest("button.preset");
+    // A preset, or "Use" on a row of the comparison of places (jobs/_places.html).
+    const button = event.target.closest("button.preset, button.use-place");
     if (!button) return;
     hardware.value = button.dataset.hardware;
     nodes.value = button.dataset.nodes;

@@ -10,7 +10,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
 app = Celery("kakehashi")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["portal.jobs", "portal.usage", "portal.clusters", "portal.storage"])
+app.autodiscover_tasks(["portal.jobs", "portal.usage", "portal.clusters", "portal.storage",
+                        "portal.notifications"])
 
 
 @app.on_after_finalize.connect
@@ -37,6 +38,10 @@ def _schedule(sender: Celery, **_: object) -> None:
         "abort-abandoned-uploads": {
             "task": "portal.storage.tasks.abort_abandoned_uploads_task",
             "schedule": float(settings.KAKEHASHI_UPLOAD_SWEEP_INTERVAL),
+        },
+        "cluster-health": {
+            "task": "portal.clusters.tasks.collect_cluster_health_task",
+            "schedule": float(settings.KAKEHASHI_HEALTH_INTERVAL),
         },
         "remind-forgotten-jobs": {
             "task": "portal.usage.tasks.remind_forgotten_jobs_task",

@@ -479,6 +479,25 @@ def cmd_hardware(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_places(args: argparse.Namespace) -> int:
+    """Every place the project may run this shape, cheapest first: the comparison the job form shows."""
+    if not args.project:
+        raise UsageError("give the project: --project SLUG (or set KAKEHASHI_PROJECT)")
+    model, count = _parse_gpus(args.gpus)
+    params = {"project": args.project, "gpus": f"{model}:{count}" if model else str(count), "nodes": args.nodes}
+    params.update({"walltime": args.walltime} if args.walltime else {"hours": args.hours})
+    answer = _client(args).get(f"{API}/places/", **params)
+    if args.json:
+        _print_json(answer)
+        return EXIT_OK
+    print(f"Where {answer['shape']} can run, cheapest first:")
+    rows = [[p["cluster"], p["hardware"], f"{p['nodes']}×{p['gpus_per_node']}" if p["gpus_per_node"] else str(p["nodes"]),
+             _money(p["cost"]), _money(p["reporting_cost"]), p["busy"]] for p in answer["places"]]
+    print(_table(rows, ["CLUSTER", "HARDWARE", "NODES", "COST", "REPORTED", "HOW BUSY NOW"]) if rows
+          else "Nowhere: no hardware of this project can run it.")
+    return EXIT_OK
+
+
 # ------------------------------------------------------------------------------------------------ parser
 
 
@@ -578,6 +597,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("projects", parents=[common], help="your projects and roles")
     p.set_defaults(func=cmd_projects)
+
+    p = sub.add_parser("places", parents=[common],
+                       help="every place a shape may run (e.g. --gpus 8 --hours 2): cost and how busy, cheapest first")
+    p.add_argument("--project", default=os.environ.get("KAKEHASHI_PROJECT"), help="project slug ($KAKEHASHI_PROJECT)")
+    p.add_argument("--gpus", default="0", help="GPUs in all: 8, or MODEL:COUNT such as a100:8 (default 0: CPU)")
+    p.add_argument("--hours", default="1", help="walltime in hours (default 1)")
+    p.add_argument("--walltime", help="instead of --hours: HH:MM:SS, 90m, 2h")
+    p.add_argument("--nodes", type=int, default=1, help="for a CPU job: how many nodes (default 1)")
+    p.set_defaults(func=cmd_places)
 
     p = sub.add_parser("hardware", parents=[common], help="hardware you may use (cheapest first with --project)")
     p.add_argument("--project")

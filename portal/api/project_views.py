@@ -71,7 +71,7 @@ class ClusterListView(ListView):
     serializer_class = ClusterSerializer
 
     def get_queryset(self):
-        return queries.visible_clusters(self.request.user).order_by("slug")
+        return queries.visible_clusters(self.request.user).select_related("health").order_by("slug")
 
 
 @extend_schema(

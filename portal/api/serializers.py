@@ -103,6 +103,20 @@ class ProjectSerializer(serializers.Serializer):
         return getattr(project, "my_role", None) or (Role.OWNER if self.context["request"].user.is_staff else None)
 
 
+class ClusterHealthSerializer(serializers.Serializer):
+    """What the health beat last recorded of a cluster (portal/clusters/health.py); null figures: not said."""
+
+    reachable = serializers.BooleanField()
+    checked_at = serializers.DateTimeField()
+    answered_at = serializers.DateTimeField(allow_null=True, help_text="the last time it answered")
+    last_error = serializers.CharField(allow_blank=True)
+    pending = serializers.IntegerField(allow_null=True, help_text="jobs waiting to start")
+    running = serializers.IntegerField(allow_null=True)
+    free_nodes = serializers.IntegerField(allow_null=True)
+    total_nodes = serializers.IntegerField(allow_null=True)
+    expected_start = serializers.DateTimeField(allow_null=True, help_text="when the waiting jobs should start (Slurm)")
+
+
 class ClusterSerializer(serializers.Serializer):
     slug = serializers.SlugField()
     name = serializers.CharField()
@@ -110,6 +124,12 @@ class ClusterSerializer(serializers.Serializer):
     site_profile = serializers.CharField()
     description = serializers.CharField(allow_blank=True)
     enabled = serializers.BooleanField()
+    health = serializers.SerializerMethodField(help_text="null: not checked yet")
+
+    @extend_schema_field(ClusterHealthSerializer(allow_null=True))
+    def get_health(self, cluster) -> dict[str, Any] | None:
+        health = getattr(cluster, "health", None)  # a reverse one-to-one without a row raises AttributeError
+        return ClusterHealthSerializer(health).data if health is not None else None
 
 
 class HardwareSerializer(serializers.Serializer):
@@ -311,6 +331,41 @@ class SweepSerializer(serializers.Serializer):
     jobs = JobSerializer(many=True)
 
 
+class PlaceSerializer(serializers.Serializer):
+    cluster = serializers.SlugField(source="cluster.slug")
+    cluster_name = serializers.CharField(source="cluster.name")
+    kind = serializers.CharField(source="cluster.kind", help_text="slurm, pbs, sge, aws-batch, local")
+    hardware = serializers.SlugField(source="hardware.slug", help_text="pass it as a job's `hardware`")
+    hardware_name = serializers.CharField(source="hardware.name")
+    gpu_model = serializers.CharField(source="hardware.gpu_model", allow_blank=True)
+    gpus_per_node = serializers.IntegerField(source="hardware.gpus_per_node")
+    nodes = serializers.IntegerField(help_text="whole nodes of this hardware the shape needs; pass it as `nodes`")
+    gpus = serializers.IntegerField(help_text="GPUs in all (more than asked when nodes are larger)")
+    same_model = serializers.BooleanField(help_text="false: another GPU model than the one asked for")
+    cost = MoneySerializer(allow_null=True, help_text="the whole job in the unit of the project's budget")
+    reporting_cost = MoneySerializer(allow_null=True, help_text="the same in the site's reporting unit")
+    reachable = serializers.BooleanField(allow_null=True, help_text="at the last health check; null: never checked")
+    waiting = serializers.IntegerField(allow_null=True, help_text="jobs waiting where this one would wait")
+    free_nodes = serializers.IntegerField(allow_null=True)
+    total_nodes = serializers.IntegerField(allow_null=True)
+    expected_start = serializers.DateTimeField(allow_null=True,
+                                               help_text="when the jobs waiting now should start (Slurm's squeue --start)")
+    checked_at = serializers.DateTimeField(allow_null=True, help_text="when the cluster was last asked")
+    busy = serializers.CharField(help_text="how busy it is, in words")
+
+
+def place_data(place) -> dict:
+    """A catalog.places.Place as PlaceSerializer reads it."""
+    health = place.health
+    return {
+        "cluster": place.cluster, "hardware": place.hardware, "nodes": place.nodes, "gpus": place.gpus,
+        "same_model": place.same_model, "cost": money(place.cost), "reporting_cost": money(place.reporting),
+        "reachable": place.reachable, "waiting": place.waiting,
+        "free_nodes": health.free_nodes if health else None, "total_nodes": health.total_nodes if health else None,
+        "expected_start": place.expected_start, "checked_at": health.checked_at if health else None, "busy": place.busy,
+    }
+
+
 class SubmissionSerializer(JobSerializer):
     """A submitted (or dry-run) job, with what the submission noticed. Serialises `submission.job`; the context
     holds the `submission`, whether it was a `dry_run` and, for one, the `budget_after` it."""
@@ -320,6 +375,8 @@ class SubmissionSerializer(JobSerializer):
         help_text="false when an Idempotency-Key replayed an earlier job, or for a dry run")
     warnings = serializers.SerializerMethodField()
     budget = serializers.SerializerMethodField(help_text="the project's budget after this job (dry run only)")
+    places = serializers.SerializerMethodField(
+        help_text="dry run only: every place this job's shape may run for the project, cheapest first (as GET places/)")
 
     def get_dry_run(self, job: Job) -> bool:
         return self.context["dry_run"]
@@ -334,6 +391,10 @@ class SubmissionSerializer(JobSerializer):
     def get_budget(self, job: Job) -> dict[str, Any] | None:
         after = self.context.get("budget_after")
         return BudgetAfterSerializer(after).data if after is not None else None
+
+    @extend_schema_field(PlaceSerializer(many=True, allow_null=True))
+    def get_places(self, job: Job) -> list[dict[str, Any]] | None:
+        return self.context.get("places")
 
 
 class LogSerializer(serializers.Serializer):

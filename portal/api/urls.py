@@ -3,7 +3,7 @@
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from portal.api import presets, project_views, upload_views, views
+from portal.api import places, presets, project_views, upload_views, views
 from portal.api.fallback import not_found
 from portal.api.schema import DESCRIPTION
 
@@ -26,6 +26,7 @@ v1 = [
     path("hardware/", project_views.HardwareListView.as_view(), name="api-hardware"),
     path("software/", project_views.SoftwareListView.as_view(), name="api-software"),
     path("presets/", presets.PresetListView.as_view(), name="api-presets"),
+    path("places/", places.PlacesView.as_view(), name="api-places"),
     path("jobs/", views.JobListCreateView.as_view(), name="api-jobs"),
     path("jobs/<int:pk>/", views.JobDetailView.as_view(), name="api-job-detail"),
     path("jobs/<int:pk>/cancel/", views.JobCancelView.as_view(), name="api-job-cancel"),

@@ -18,6 +18,7 @@ from rest_framework.response import Response
 from portal.api import queries
 from portal.api.base import ApiView, ListView, query_int
 from portal.api.errors import ApiError, NotFound
+from portal.api.places import places_answer
 from portal.api.schema import BAD_INPUT, COMMON_ERRORS, NOT_FOUND, error
 from portal.api.serializers import (
     JobSerializer,
@@ -27,6 +28,7 @@ from portal.api.serializers import (
     SweepSerializer,
     SweepSubmitSerializer,
 )
+from portal.catalog import places
 from portal.catalog.queries import budget_after
 from portal.jobs import actions, outputs
 from portal.jobs.models import FINAL_STATES, JobState
@@ -105,11 +107,20 @@ class JobListCreateView(ListView):
         answer = SubmissionSerializer(submission.job, context={
             "request": request, "submission": submission, "dry_run": dry_run,
             "budget_after": budget_after(project, submission.estimate) if dry_run else None,
+            "places": _places(submission.job) if dry_run else None,
         }).data
         if dry_run or not submission.created:
             return Response(answer, status=status.HTTP_200_OK)
         return Response(answer, status=status.HTTP_201_CREATED,
                         headers={"Location": reverse("api-job-detail", args=[submission.job.pk])})
+
+
+def _places(job) -> list[dict]:
+    """The comparison before Run for a dry run's shape (docs/decisions/0018)."""
+    hw = job.hardware
+    shape = places.Shape(gpus=hw.gpus_per_node * job.nodes, walltime_seconds=job.walltime_seconds,
+                         gpu_model=hw.gpu_model, nodes=job.nodes)
+    return places_answer(job.project, shape)["places"]
 
 
 def _job_request(user, data: dict) -> actions.JobRequest:

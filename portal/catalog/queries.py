@@ -22,11 +22,14 @@ def submittable_projects(user) -> QuerySet[Project]:
 
 def hardware_for_projects(projects) -> QuerySet[HardwareType]:
     """Enabled hardware on clusters the projects are allocated, honouring per-allocation restrictions."""
-    allocations = Allocation.objects.filter(project__in=projects, cluster__enabled=True).prefetch_related("hardware")
+    allocations = Allocation.objects.filter(project__in=projects, cluster__enabled=True, in_use=True).prefetch_related(
+        "hardware", "unused_hardware")
     condition = Q(pk__in=[])
     for allocation in allocations:
-        restricted = list(allocation.hardware.values_list("pk", flat=True))
-        condition |= Q(cluster_id=allocation.cluster_id, pk__in=restricted) if restricted else Q(cluster_id=allocation.cluster_id)
+        restricted = [hw.pk for hw in allocation.hardware.all()]
+        unused = [hw.pk for hw in allocation.unused_hardware.all()]
+        here = Q(cluster_id=allocation.cluster_id, pk__in=restricted) if restricted else Q(cluster_id=allocation.cluster_id)
+        condition |= here & ~Q(pk__in=unused) if unused else here
     return HardwareType.objects.filter(condition, enabled=True).select_related("cluster")
 
 
@@ -50,7 +53,7 @@ def hardware_for_project(project) -> QuerySet[HardwareType]:
 
 
 def software_for_projects(projects) -> QuerySet[Software]:
-    clusters = Allocation.objects.filter(project__in=projects).values_list("cluster_id", flat=True)
+    clusters = Allocation.objects.filter(project__in=projects, in_use=True).values_list("cluster_id", flat=True)
     return (
         Software.objects.filter(enabled=True, clusters__in=clusters)
         .filter(Q(projects__isnull=True) | Q(projects__in=projects))

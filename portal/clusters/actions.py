@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 from django.views.decorators.debug import sensitive_variables
@@ -10,6 +11,7 @@ from backends.base import BackendError, TransportError
 from portal.audit.actions import record
 from portal.clusters.connect import NoClusterAccount, backend_for
 from portal.clusters.models import Allocation, Cluster, ClusterAccount
+from portal.projects import access
 
 
 @sensitive_variables("key", "private")
@@ -93,3 +95,26 @@ def verify_account(account_id: int) -> bool:
         return False
     ClusterAccount.objects.filter(pk=account.pk).update(last_error="", verified_at=timezone.now())
     return True
+
+
+@transaction.atomic
+def set_project_usage(actor, allocation: Allocation, *, in_use: bool, hardware_ids: list[int]) -> Allocation:
+    """A project's owners or admins choose, within what site admins granted, whether the project uses this cluster
+    and which of its granted hardware types; a hardware type not granted is refused, never added."""
+    allocation = Allocation.objects.select_for_update().select_related("project", "cluster").get(pk=allocation.pk)
+    access.require(actor, allocation.project, "manage")
+    granted = {hw.pk: hw for hw in allocation.granted_hardware()}
+    beyond = sorted(set(hardware_ids) - set(granted))
+    if beyond:
+        raise ValidationError(f"hardware {beyond} is not granted to {allocation.project.slug} on {allocation.cluster.name}; "
+                              "a site admin grants hardware")
+    before = {"in_use": allocation.in_use, "unused": sorted(hw.slug for hw in allocation.unused_hardware.all())}
+    unused = [hw for pk, hw in granted.items() if pk not in set(hardware_ids)]
+    allocation.in_use = in_use
+    allocation.save(update_fields=["in_use"])
+    allocation.unused_hardware.set(unused)
+    after = {"in_use": in_use, "unused": sorted(hw.slug for hw in unused)}
+    if before != after:
+        record("allocation.usage", actor=actor, project=allocation.project, target=allocation, cluster=allocation.cluster.slug,
+               before=before, after=after)
+    return allocation

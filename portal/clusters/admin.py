@@ -1,7 +1,7 @@
 from django import forms
 from django.contrib import admin
 
-from portal.clusters.models import Allocation, CloudCredential, Cluster, ClusterAccount
+from portal.clusters.models import Allocation, CloudCredential, Cluster, ClusterAccount, ClusterHealth
 from portal.projects.admin import ProjectAdmin
 
 
@@ -59,15 +59,29 @@ class ClusterAccountAdmin(admin.ModelAdmin):
 
 @admin.register(Allocation)
 class AllocationAdmin(admin.ModelAdmin):
-    list_display = ["project", "cluster", "group", "data_root"]
+    list_display = ["project", "cluster", "group", "data_root", "in_use"]
     list_filter = ["cluster"]
-    filter_horizontal = ["hardware"]
+    filter_horizontal = ["hardware", "unused_hardware"]
+
+
+@admin.register(ClusterHealth)
+class ClusterHealthAdmin(admin.ModelAdmin):
+    """What the health beat last recorded (read-only: the beat writes it)."""
+
+    list_display = ["cluster", "reachable", "pending", "running", "free_nodes", "total_nodes", "checked_at", "answered_at"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
 
 
 class AllocationInline(admin.TabularInline):
     model = Allocation
     extra = 1
     filter_horizontal = ["hardware"]
+    exclude = ["unused_hardware"]  # the project's own choice: its Clusters & hardware page
 
 
 # A project's allocations are edited on the project's admin page, below its members.

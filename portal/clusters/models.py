@@ -112,6 +112,16 @@ class Allocation(models.Model):
         validators=[RegexValidator(r"^/[^\x00-\x1f\x7f]*$", "an absolute path without control characters")],
         help_text="absolute path of the project's storage on this cluster; registered datasets must lie inside it",
     )
+    # The project's own choice within that grant (its owners and admins set it on the project's Clusters page):
+    # whether its members use this cluster at all, and granted hardware types it chose not to use.
+    in_use = models.BooleanField(default=True, help_text="set by the project: off = its members do not run here")
+    unused_hardware = models.ManyToManyField("catalog.HardwareType", blank=True, related_name="+",
+                                             help_text="granted hardware the project chose not to use")
+
+    def granted_hardware(self):
+        """What site admins granted here: the chosen hardware types, else every enabled one of the cluster."""
+        chosen = self.hardware.all()
+        return chosen if chosen.exists() else self.cluster.hardware.filter(enabled=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["project", "cluster"], name="one_allocation_per_cluster")]
@@ -140,3 +150,26 @@ class CloudCredential(models.Model):
 
     def secret(self) -> str:
         return crypto.decrypt(self.secret_encrypted)
+
+
+class ClusterHealth(models.Model):
+    """How a cluster was when the health beat last asked it (portal/clusters/health.py): whether it answered, why
+    not, and how busy it is. Pages and the comparison before Run read this row; a web request never asks a
+    scheduler (docs/decisions/0004). Unknown figures (a scheduler that does not say) are null."""
+
+    cluster = models.OneToOneField(Cluster, on_delete=models.CASCADE, related_name="health")
+    checked_at = models.DateTimeField()
+    reachable = models.BooleanField(default=False)
+    # The last time it answered, and what went wrong the last time it did not.
+    answered_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    error_at = models.DateTimeField(null=True, blank=True)
+    pending = models.PositiveIntegerField(null=True, blank=True)
+    running = models.PositiveIntegerField(null=True, blank=True)
+    free_nodes = models.PositiveIntegerField(null=True, blank=True)
+    total_nodes = models.PositiveIntegerField(null=True, blank=True)
+    expected_start = models.DateTimeField(null=True, blank=True)  # when the last waiting job should start
+    per_queue = models.JSONField(default=dict, blank=True)  # pending jobs by partition/queue
+
+    def __str__(self) -> str:
+        return f"{self.cluster.slug}: {'reachable' if self.reachable else 'unreachable'} at {self.checked_at:%H:%M}"

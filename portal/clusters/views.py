@@ -1,9 +1,11 @@
-"""Settings → Cluster accounts: link your own cluster account with a key the portal generates."""
+"""Settings → Cluster accounts: link your own cluster account with a key the portal generates; Clusters: how each
+cluster your projects use is doing."""
 
 from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
@@ -14,7 +16,7 @@ from portal.audit.actions import record
 from portal.clusters import actions
 from portal.clusters.connect import kinds_reached
 from portal.clusters.forms import LinkAccountForm
-from portal.clusters.models import Allocation, Cluster, ClusterAccount, IdentityMode
+from portal.clusters.models import Allocation, Cluster, ClusterAccount, ClusterHealth, IdentityMode
 from portal.enqueue import VERIFY_ACCOUNT, enqueue_on_commit
 from portal.projects import access
 
@@ -72,3 +74,40 @@ def account_status(request, slug: str):
     if account.last_error != "checking…" and request.htmx:
         response.status_code = 286
     return response
+
+
+@login_required
+def cluster_health(request):
+    """Clusters: reachable or not, the last error, how busy — as the health beat last saw them (never asked here).
+    Each person sees the clusters their projects are allocated; site staff see every cluster."""
+    clusters = Cluster.objects.filter(enabled=True)
+    if not request.user.is_staff:
+        projects = access.visible_projects(request.user)
+        clusters = clusters.filter(pk__in=Allocation.objects.filter(project__in=projects).values("cluster_id"))
+    rows = [(cluster, ClusterHealth.objects.filter(cluster=cluster).first()) for cluster in clusters.order_by("name")]
+    return render(request, "clusters/health.html", {"rows": rows})
+
+
+@login_required
+def project_clusters(request, slug: str):
+    """A project's clusters and hardware: what site admins granted, and what the project chose to use of it.
+    Owners and admins change the choice; everyone in the project sees it; others get 404."""
+    project = get_object_or_404(access.visible_projects(request.user), slug=slug)
+    can_manage = access.can(request.user, project, "manage")
+    allocations = Allocation.objects.filter(project=project).select_related("cluster").order_by("cluster__name")
+    if request.method == "POST":
+        allocation = get_object_or_404(allocations, pk=request.POST.get("allocation") or 0)
+        try:
+            actions.set_project_usage(request.user, allocation, in_use=request.POST.get("in_use") == "on",
+                                      hardware_ids=[int(v) for v in request.POST.getlist("hardware") if v.isdigit()])
+        except (ValidationError, PermissionDenied) as exc:
+            messages.error(request, exc.messages[0] if isinstance(exc, ValidationError) else str(exc))
+        else:
+            messages.success(request, f"Saved what {project.slug} uses on {allocation.cluster.name}.")
+        return redirect("project-clusters", slug=project.slug)
+    rows = []
+    for allocation in allocations:
+        unused = set(allocation.unused_hardware.values_list("pk", flat=True))
+        rows.append({"allocation": allocation,
+                     "hardware": [(hw, hw.pk not in unused) for hw in allocation.granted_hardware().order_by("name")]})
+    return render(request, "clusters/project_clusters.html", {"project": project, "rows": rows, "can_manage": can_manage})

@@ -123,6 +123,9 @@ class Job(models.Model):
     estimate_unit = models.CharField(max_length=16, blank=True)
     cost_amount = models.DecimalField(max_digits=14, decimal_places=4, null=True, blank=True)
 
+    # What the job reported in outputs/metrics.json (a flat object of numbers), read when its outputs are collected.
+    metrics = models.JSONField(default=dict, blank=True)
+
     class Meta:
         ordering = ["-id"]
         constraints = [

@@ -22,6 +22,7 @@ from portal.catalog.actions import HEALTH_FILE, parse_health, record_measurement
 from portal.clusters.connect import account_for, backend_for
 from portal.enqueue import FETCH_OUTPUT, enqueue
 from portal.jobs import locks
+from portal.jobs.metrics import METRICS_FILE, parse_metrics
 from portal.jobs.models import FINAL_STATES, Job, JobArtifact, JobOutput, JobState
 from portal.storage import objectstore
 from portal.storage.actions import save_job_output, stream_job_output
@@ -116,6 +117,9 @@ def _collect(job: Job) -> list[JobArtifact]:
             if len(data) == remote.size:
                 stored_name = save_job_output(job.uuid, remote.path, data)
                 budget -= remote.size
+            if remote.path == METRICS_FILE:  # the documented way a job reports numbers (portal/jobs/metrics.py)
+                job.metrics = parse_metrics(data)
+                Job.objects.filter(pk=job.pk).update(metrics=job.metrics)
         artifacts.append(JobArtifact.objects.create(job=job, path=remote.path, size=remote.size, stored_name=stored_name))
     return artifacts
 

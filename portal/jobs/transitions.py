@@ -22,6 +22,8 @@ from portal.budgets import actions as budgets
 from portal.catalog import job_templates
 from portal.jobs import events
 from portal.jobs.models import FINAL_STATES, Job, JobState
+from portal.notifications import actions as notifications
+from portal.notifications.models import Kind
 
 
 def record_new(jobs: Sequence[Job], *, reason: str, actor=None) -> None:
@@ -42,7 +44,7 @@ def transition(job: Job, to: str, *, reason: str = "", actor=None, **fields: Any
     events.moved([(job, from_state)], to, reason=reason, actor=actor)
     if to in FINAL_STATES:
         _settle(job)
-        _after_ending(job)
+        _after_ending([(job, to, actor)])
 
 
 @dataclass
@@ -79,8 +81,7 @@ def transition_each(moves: Sequence[Move], *, actor=None) -> None:
     _write_each([move.job for move in moves], sorted(changed))
     events.moved_each(history, actor=actor)
     budgets.settle_many(costs)
-    for job in endings:
-        _after_ending(job)
+    _after_ending([(move.job, move.to, actor) for move in moves if move.to in FINAL_STATES])
 
 
 def _write_each(jobs: Sequence[Job], names: Sequence[str]) -> None:
@@ -107,13 +108,16 @@ def _plain(value: Any) -> Any:
     return value.value if isinstance(value, Enum) else value
 
 
-def _after_ending(job: Job) -> None:
-    if job.scheduler_id:
-        # Keep the final stdout/stderr in the portal: the cluster's copy may be purged later.
-        enqueue.enqueue_on_commit(enqueue.FETCH_OUTPUT, job.pk)
-        template = job_templates.get(job.template)
-        if template is not None and template.records_health and job.state == JobState.COMPLETED:
-            enqueue.enqueue_on_commit(enqueue.RECORD_HEALTH_CHECK, job.pk)
+def _after_ending(endings: Sequence[tuple[Job, str, Any]]) -> None:
+    """What follows jobs' endings, in their transaction: the owners are told (in bulk), outputs fetched after commit."""
+    notifications.jobs_ended([(job, kind) for job, to, actor in endings if (kind := _notice(job, to, actor))])
+    for job, to, _ in endings:
+        if job.scheduler_id:
+            # Keep the final stdout/stderr in the portal: the cluster's copy may be purged later.
+            enqueue.enqueue_on_commit(enqueue.FETCH_OUTPUT, job.pk)
+            template = job_templates.get(job.template)
+            if template is not None and template.records_health and to == JobState.COMPLETED:
+                enqueue.enqueue_on_commit(enqueue.RECORD_HEALTH_CHECK, job.pk)
 
 
 def transition_many(jobs: Sequence[Job], to: str, *, reason: str, actor=None, also: Sequence[str] = (),
@@ -170,6 +174,24 @@ def mark_seen(job_ids: Sequence[int], at: datetime) -> None:
 def mark_reminded(job_id: int, at: datetime) -> bool:
     """Note that the owner was reminded of a long-running job; False if someone already did (compare-and-set)."""
     return Job.objects.filter(pk=job_id, reminded_at__isnull=True).update(reminded_at=at) == 1
+
+
+# How portal/usage/enforcement.py words a strict budget's cancel (its note, or a queued job's ending reason).
+BUDGET_CANCEL_WORDS = "reached its strict budget"
+
+
+def _notice(job: Job, to: str, actor) -> str | None:
+    """What the owner is told of this ending: nothing when they cancelled it themselves."""
+    if to == JobState.COMPLETED:
+        return Kind.ENDED
+    if to != JobState.CANCELLED:
+        return Kind.FAILED
+    if BUDGET_CANCEL_WORDS in job.state_reason or job.events.filter(
+            actor__isnull=True, reason__contains=BUDGET_CANCEL_WORDS).exists():
+        return Kind.BUDGET
+    if actor is not None and actor.pk == job.user_id:
+        return None
+    return Kind.ENDED
 
 
 def _settle(job: Job) -> None:

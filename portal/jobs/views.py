@@ -12,17 +12,19 @@ from django.core.exceptions import PermissionDenied
 from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_POST
 
-from portal.catalog import job_templates
+from portal.catalog import job_templates, places
 from portal.catalog import queries as catalog
-from portal.jobs import actions, notebooks, outputs
+from portal.jobs import actions, listing, notebooks, outputs
 from portal.jobs.actions import format_walltime
 from portal.jobs.forms import PARAM_PREFIX, JobForm
 from portal.jobs.models import Job, JobGroup, JobState
 from portal.jobs.outputs import request_output_refresh
 from portal.jobs.queries import visible_jobs
+from portal.jobs.sweep_table import parameter_text, sweep_table
 from portal.projects import access
 from portal.storage.actions import job_output_url, open_job_output
 from portal.storage.models import Dataset, DatasetState
@@ -39,14 +41,38 @@ def _job_or_404(user, pk: int) -> Job:
 
 @login_required
 def job_list(request):
-    jobs = visible_jobs(request.user)
-    state = request.GET.get("state")
-    if state in JobState.values:
-        jobs = jobs.filter(state=state)
-    project = request.GET.get("project")
-    if project:
-        jobs = jobs.filter(project__slug=project)
-    return render(request, "jobs/list.html", {"jobs": jobs[:200], "states": JobState.choices, "state": state})
+    """Filters, search and keyset pages (portal/jobs/listing.py); never a count or an offset over all jobs."""
+    filters = listing.JobFilter.from_query(request.GET)
+    after = request.GET.get("after", "")
+    page = listing.job_page(request.user, filters, after=int(after) if after.isdigit() else None,
+                            size=listing.page_size(request.GET.get("size")))
+    projects, clusters = listing.filter_choices(request.user)
+    return render(request, "jobs/list.html", {
+        "page": page, "filters": filters, "states": JobState.choices, "projects": projects, "clusters": clusters,
+        "next_query": urlencode(filters.query(after=page.next_after, size=page.size)) if page.next_after else "",
+        "first_query": urlencode(filters.query(size=page.size)) if after else "",
+        "here": request.get_full_path(),
+    })
+
+
+@login_required
+@require_POST
+def job_bulk_cancel(request):
+    """Cancel the ticked jobs the user may cancel; the others are named, nothing else happens to them."""
+    ids = [int(v) for v in request.POST.getlist("job") if v.isdigit()][:listing.PAGE_SIZES[-1]]
+    result = actions.request_cancel_many(request.user, ids, visible_jobs(request.user))
+    if result.cancelled:
+        messages.success(request, f"Cancelling {len(result.cancelled)} job(s): "
+                                  + ", ".join(job.name for job in result.cancelled) + ".")
+    if result.refused:
+        messages.error(request, "Not cancelled (only the job's owner or a project admin may): "
+                                + ", ".join(job.name for job in result.refused) + ".")
+    if result.ended:
+        messages.info(request, "Already ended: " + ", ".join(job.name for job in result.ended) + ".")
+    if not ids:
+        messages.info(request, "Tick the jobs to cancel first.")
+    back = request.POST.get("next", "")
+    return redirect(back if back.startswith("/jobs/") and url_has_allowed_host_and_scheme(back, None) else "job-list")
 
 
 def _form(request, data=None, initial=None, files=None) -> JobForm:
@@ -226,7 +252,17 @@ def job_preview(request):
         else:
             context.update(script=prepared.script, estimate=prepared.estimate, job=prepared.job, warnings=prepared.warnings)
             context["budget"] = catalog.budget_after(prepared.job.project, prepared.estimate)
+            if not form.cleaned_data.get("sweep"):
+                context["comparison"] = _comparison(prepared.job)
     return render(request, "jobs/_preview.html", context)
+
+
+def _comparison(job) -> dict:
+    """Every place this job's shape could run for its project, cheapest first (docs/decisions/0018)."""
+    hw = job.hardware
+    shape = places.Shape(gpus=hw.gpus_per_node * job.nodes, walltime_seconds=job.walltime_seconds,
+                         gpu_model=hw.gpu_model, nodes=job.nodes)
+    return {"shape": shape, "places": places.places_for(job.project, shape), "chosen": hw}
 
 
 @login_required
@@ -307,24 +343,47 @@ def job_group_cancel(request, pk: int):
     return redirect("job-group", pk=group.pk)
 
 
+def _group_or_404(user, pk: int) -> JobGroup:
+    return get_object_or_404(JobGroup.objects.filter(project__in=access.visible_projects(user)), pk=pk)
+
+
 @login_required
 def job_group(request, pk: int):
-    group = get_object_or_404(JobGroup.objects.filter(project__in=access.visible_projects(request.user)), pk=pk)
-    jobs = visible_jobs(request.user).filter(group=group).order_by("pk").prefetch_related("artifacts")
-    # A column per parameter, so that the points (and their executed notebooks) can be compared side by side.
-    names = sorted({name for job in jobs for name in (job.parameters or {})})
-    for job in jobs:
-        job.parameter_values = [(job.parameters or {}).get(name, "") for name in names]
+    group = _group_or_404(request.user, pk)
+    jobs = list(visible_jobs(request.user).filter(group=group).order_by("array_index", "pk").prefetch_related("artifacts"))
+    for job in jobs:  # a notebook sweep's points are compared beside their executed notebooks
         job.executed_notebook = next((a for a in job.artifacts.all() if a.path == notebooks.EXECUTED_NOTEBOOK
                                       and a.stored_name), None)
-    counts = {label: jobs.filter(state=value).count() for value, label in JobState.choices}
+    states = [job.state for job in jobs]
+    counts = {label: states.count(value) for value, label in JobState.choices if value in states}
     template = "jobs/_group_table.html" if request.htmx else "jobs/group.html"
     active = sum(1 for job in jobs if not job.is_final)
-    response = render(request, template, {"group": group, "jobs": jobs, "active": active, "parameter_names": names,
-                                          "counts": {k: v for k, v in counts.items() if v}})
+    response = render(request, template, {
+        "group": group, "jobs": jobs, "active": active, "counts": counts, "table": sweep_table(jobs),
+        "sweep_values": [(name, ", ".join(parameter_text(v) for v in values)) for name, values in (group.sweep or {}).items()],
+        "rerunnable": len(actions.points_to_rerun(group)),
+        "notebook_sweep": any(job.kind == Job.Kind.NOTEBOOK for job in jobs),
+    })
     if request.htmx and all(job.is_final for job in jobs):
         response.status_code = STOP_POLLING
     return response
+
+
+@login_required
+@require_POST
+def job_group_rerun(request, pk: int):
+    """"Re-run failed points": a new job in the sweep for each point whose latest attempt failed or timed out."""
+    group = _group_or_404(request.user, pk)
+    try:
+        jobs = actions.rerun_failed(group, request.user)
+    except actions.SubmitError as exc:
+        messages.error(request, exc.message)
+    except PermissionDenied as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Re-running {len(jobs)} point(s) of sweep {group.name}: "
+                                  + ", ".join(job.name for job in jobs) + ".")
+    return redirect("job-group", pk=group.pk)
 
 
 @login_required

@@ -7,8 +7,11 @@ with their own reason on record.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from portal.audit.actions import record
@@ -49,6 +52,33 @@ def request_cancel_sweep(group: JobGroup, user) -> list[Job]:
         except CancelError:
             continue  # it ended meanwhile
     return cancelled
+
+
+@dataclass
+class BulkCancel:
+    cancelled: list[Job] = field(default_factory=list)
+    refused: list[Job] = field(default_factory=list)  # the user may not cancel these
+    ended: list[Job] = field(default_factory=list)  # already over
+    unknown: int = 0  # ids the user cannot see (or that do not exist): said as a number, nothing more
+
+
+def request_cancel_many(user, job_ids: list[int], visible: QuerySet[Job]) -> BulkCancel:
+    """Cancel each of these jobs as `request_cancel` does, among `visible` (the jobs the user can see), each in
+    its own transaction: one refusal does not undo the others."""
+    result = BulkCancel()
+    jobs = list(visible.filter(pk__in=job_ids).order_by("pk"))
+    result.unknown = len(set(job_ids)) - len(jobs)
+    for job in jobs:
+        if job.state in FINAL_STATES:
+            result.ended.append(job)
+            continue
+        try:
+            result.cancelled.append(request_cancel(job, user))
+        except PermissionDenied:
+            result.refused.append(job)
+        except CancelError:
+            result.ended.append(job)
+    return result
 
 
 def cancel_for_budget(job_id: int, reason: str) -> None:

@@ -8,6 +8,7 @@ and cancel, and the whole sweep fits the budget or none of it is recorded.
 from __future__ import annotations
 
 import itertools
+import json
 import uuid as uuid_mod
 from dataclasses import dataclass, replace
 from decimal import Decimal
@@ -21,7 +22,7 @@ from portal.budgets.actions import Money
 from portal.clusters.connect import job_dir, renderer_for
 from portal.jobs.actions.submit import Submission, prepare_job, record_jobs
 from portal.jobs.actions.validation import JobRequest, SubmitError, checked_edit, rendered
-from portal.jobs.models import Job, JobGroup
+from portal.jobs.models import Job, JobGroup, JobState
 from portal.jobs.specs import build_array_spec, build_spec, group_for, scheduler_name
 
 MAX_SWEEP_JOBS = 100
@@ -166,6 +167,53 @@ def sweep_of(group: JobGroup) -> SweepSubmission:
                 .order_by("array_index", "pk"))
     return SweepSubmission(group, [Submission.recorded(job) for job in jobs], array=group.array,
                            script=jobs[0].rendered_script if jobs else "", created=False)
+
+
+RERUN_STATES = (JobState.FAILED, JobState.TIMED_OUT)
+
+
+def point_key(job: Job) -> str:
+    """What identifies a sweep's point: its parameters (a re-run is the same point again)."""
+    return json.dumps(job.parameters or {}, sort_keys=True)
+
+
+def points_to_rerun(group: JobGroup) -> list[Job]:
+    """The latest attempt of each point, where it failed or ran out of time."""
+    latest: dict[str, Job] = {}
+    for job in group.jobs.select_related("project", "user", "cluster", "hardware", "software").order_by("pk"):
+        latest[point_key(job)] = job
+    return [job for job in latest.values() if job.state in RERUN_STATES]
+
+
+def _rerun_name(name: str) -> str:
+    base, _, attempt = name.rpartition("-r")
+    if base and attempt.isdigit():
+        return f"{base}-r{int(attempt) + 1}"[:63]
+    return f"{name[:60]}-r1"
+
+
+def rerun_failed(group: JobGroup, user) -> list[Job]:
+    """"Re-run failed points": a new job in the same sweep for each point whose latest attempt failed or timed out,
+    with its parameters, hardware, software and script, submitted job by job (an array already ran), all reserved
+    or none (the usual submit checks apply: the user must still be allowed to submit in the project)."""
+    failed = points_to_rerun(group)
+    if not failed:
+        raise SubmitError("no point of this sweep failed or ran out of time")
+    prepared = []
+    for job in failed:
+        req = JobRequest(project=group.project, name=_rerun_name(job.name), script=job.script, hardware=job.hardware,
+                         cluster=job.cluster, software=job.software, nodes=job.nodes, walltime=job.walltime_seconds,
+                         launcher=job.launcher, env=dict(job.env or {}), template=job.template,
+                         procs_per_node=job.procs_per_node, working_directory=job.working_directory,
+                         notebook=job.notebook, parameters=dict(job.parameters or {}))
+        new = prepare_job(user, req).job
+        new.group = group
+        prepared.append(new)
+    with transaction.atomic():
+        record_jobs(prepared, user, reason=f"re-run of a failed point of sweep {group.name}", dispatch=prepared)
+        record("job.sweep_rerun", actor=user, project=group.project, target=group,
+               jobs=[j.pk for j in prepared], of=[j.pk for j in failed])
+    return prepared
 
 
 def _make_array(group: JobGroup, jobs: list[Job], edited_script: str | None) -> str:

@@ -120,6 +120,9 @@ def granted_allocation(req: JobRequest) -> tuple[Cluster, HardwareType | None, A
                   .first())
     if allocation is None:
         raise SubmitError(f"project {req.project.slug} has no allocation on {cluster.name}", field="hardware")
+    if not allocation.in_use:
+        raise SubmitError(f"project {req.project.slug} does not use {cluster.name} (its owners chose so on the "
+                          "project's Clusters page)", field="hardware")
     hw = req.hardware
     # Only the portal host itself has nothing to choose between (the `make run` demo).
     if hw is None and reach_of(cluster) is not Reach.LOCAL:
@@ -129,6 +132,8 @@ def granted_allocation(req: JobRequest) -> tuple[Cluster, HardwareType | None, A
             raise SubmitError(f"{hw.name} is not available at the moment", field="hardware")
         if allocation.restricted and not allocation.allows:
             raise SubmitError(f"project {req.project.slug} may not use {hw.name}", field="hardware")
+        if allocation.unused_hardware.filter(pk=hw.pk).exists():
+            raise SubmitError(f"project {req.project.slug} does not use {hw.name} (its owners chose so)", field="hardware")
     if req.software is not None:
         software_ok = req.software.enabled and req.software.clusters.filter(pk=cluster.pk).exists()
         restricted = req.software.projects.exists()

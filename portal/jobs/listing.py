@@ -1,0 +1,135 @@
+"""The job list: filters, search and keyset pages, plain functions the view calls.
+
+A page is "the next N jobs below this id" (`?after=`), newest first: one query of N+1 rows on the primary key's
+order, whatever the page or the filters, never an OFFSET or a COUNT over everything the user can see. Which jobs
+the user may cancel on the page is known from their roles (two small queries), not asked job by job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from portal.clusters.models import Allocation, Cluster
+from portal.jobs.models import FINAL_STATES, Job, JobState
+from portal.jobs.queries import visible_jobs
+from portal.projects import access
+
+PAGE_SIZES = (25, 50, 100)
+DEFAULT_PAGE_SIZE = 50
+MAX_SEARCH = 100
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    project: str = ""  # slug
+    cluster: str = ""  # slug
+    state: str = ""
+    name: str = ""  # the job's name begins with this
+    q: str = ""  # anywhere in name, scheduler id or the submitter's user name
+
+    @classmethod
+    def from_query(cls, params) -> JobFilter:
+        state = params.get("state", "")
+        return cls(project=params.get("project", "").strip()[:50], cluster=params.get("cluster", "").strip()[:50],
+                   state=state if state in JobState.values else "", name=params.get("name", "").strip()[:63],
+                   q=params.get("q", "").strip()[:MAX_SEARCH])
+
+    def apply(self, jobs: QuerySet[Job]) -> QuerySet[Job]:
+        if self.project:
+            jobs = jobs.filter(project__slug=self.project)
+        if self.cluster:
+            jobs = jobs.filter(cluster__slug=self.cluster)
+        if self.state:
+            jobs = jobs.filter(state=self.state)
+        if self.name:
+            jobs = jobs.filter(name__startswith=self.name)
+        if self.q:
+            jobs = jobs.filter(Q(name__icontains=self.q) | Q(scheduler_id=self.q) | Q(user__username__iexact=self.q)
+                               | (Q(pk=int(self.q)) if self.q.isdigit() and len(self.q) < 12 else Q(pk__in=[])))
+        return jobs
+
+    def query(self, **extra: object) -> dict[str, str]:
+        """The filters as query parameters (for links to the next page), without the empty ones."""
+        values = {"project": self.project, "cluster": self.cluster, "state": self.state, "name": self.name, "q": self.q}
+        values.update({k: str(v) for k, v in extra.items()})
+        return {k: v for k, v in values.items() if v}
+
+
+@dataclass
+class Row:
+    job: Job
+    duration: timedelta | None  # ran so far (running) or in all (ended); None before it started
+    can_cancel: bool
+
+    @property
+    def duration_text(self) -> str:
+        return format_duration(self.duration)
+
+
+@dataclass
+class Page:
+    rows: list[Row]
+    next_after: int | None  # pass as ?after= for the next page; None on the last page
+    size: int
+    filters: JobFilter
+    projects: list = field(default_factory=list)  # what the filters may choose from
+    clusters: list = field(default_factory=list)
+
+    @property
+    def any_cancellable(self) -> bool:
+        return any(row.can_cancel for row in self.rows)
+
+
+def run_duration(job: Job, now: datetime) -> timedelta | None:
+    if job.started_at is None:
+        return None
+    end = job.ended_at or (now if job.state not in FINAL_STATES else None)
+    return max(end - job.started_at, timedelta(0)) if end else None
+
+
+def format_duration(value: timedelta | None) -> str:
+    """ "2 h 05 min", "4 min 10 s", "12 s"; "" when unknown."""
+    if value is None:
+        return ""
+    seconds = int(value.total_seconds())
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    if minutes:
+        return f"{minutes} min {secs:02d} s"
+    return f"{secs} s"
+
+
+def page_size(raw: str | None) -> int:
+    return int(raw) if raw and raw.isdigit() and int(raw) in PAGE_SIZES else DEFAULT_PAGE_SIZE
+
+
+def job_page(user, filters: JobFilter, *, after: int | None = None, size: int = DEFAULT_PAGE_SIZE) -> Page:
+    """Up to `size` of the jobs `user` can see that match `filters`, newest first, below the id `after`."""
+    jobs = filters.apply(visible_jobs(user)).order_by("-pk")
+    if after is not None:
+        jobs = jobs.filter(pk__lt=after)
+    batch = list(jobs[: size + 1])
+    more = len(batch) > size
+    batch = batch[:size]
+    manage = set(access.projects_where(user, "manage_jobs").values_list("pk", flat=True))
+    submit = set(access.projects_where(user, "submit").values_list("pk", flat=True))
+    now = timezone.now()
+    rows = [Row(job, run_duration(job, now),
+                job.state not in FINAL_STATES and (job.project_id in manage
+                                                   or (job.user_id == user.pk and job.project_id in submit)))
+            for job in batch]
+    return Page(rows=rows, next_after=batch[-1].pk if more and batch else None, size=size, filters=filters)
+
+
+def filter_choices(user) -> tuple[list, list]:
+    """The projects and clusters the filters offer: those the user can see."""
+    projects = list(access.visible_projects(user).order_by("slug"))
+    clusters = list(Cluster.objects.filter(pk__in=Allocation.objects.filter(project__in=projects)
+                                           .values("cluster_id")).order_by("name"))
+    return projects, clusters

@@ -1,0 +1,47 @@
+"""The bell's list and Settings → Notifications. Thin: read, mark read, save the preference."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from portal.notifications import actions
+from portal.notifications.models import Notification, Preference
+
+SHOWN = 50
+
+
+class PreferenceForm(forms.ModelForm):
+    class Meta:
+        model = Preference
+        fields = ["portal_ended", "portal_failed", "portal_budget", "email_ended", "email_failed", "email_budget"]
+        widgets = {name: forms.CheckboxInput(attrs={"class": "form-check-input"}) for name in fields}
+
+
+@login_required
+def notification_list(request):
+    rows = Notification.objects.filter(user=request.user).select_related("job")[:SHOWN]
+    return render(request, "notifications/list.html", {"rows": rows})
+
+
+@login_required
+@require_POST
+def mark_read(request):
+    ids = [int(v) for v in request.POST.getlist("id") if v.isdigit()] or None
+    count = actions.mark_read(request.user, ids)
+    messages.success(request, f"{count} notification(s) marked read.")
+    return redirect("notifications")
+
+
+@login_required
+def preferences(request):
+    form = PreferenceForm(request.POST or None, instance=actions.preference_of(request.user))
+    if request.method == "POST" and form.is_valid():
+        actions.save_preference(request.user, **form.cleaned_data)
+        messages.success(request, "Saved: this is how you will hear about your jobs.")
+        return redirect("notification-preferences")
+    return render(request, "notifications/preferences.html", {"form": form, "section": "notifications",
+                                                              "has_email": bool(request.user.email)})

@@ -1,0 +1,39 @@
+"""`kakehashi places`: the comparison before Run from a terminal, against a live portal."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from portal.catalog.models import HardwareType
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def offers(local_site):
+    """An 8×A100 node at 30 points/node-h and a 4×A100 node at 5 (two make 8 GPUs) on the local cluster."""
+    HardwareType.objects.create(cluster=local_site.cluster, slug="a100x8", name="A100 ×8", gpu_model="a100",
+                                gpus_per_node=8, max_nodes=1, rate=Decimal("30"), rate_unit="points")
+    HardwareType.objects.create(cluster=local_site.cluster, slug="a100x4", name="A100 ×4", gpu_model="a100",
+                                gpus_per_node=4, max_nodes=2, rate=Decimal("5"), rate_unit="points")
+
+
+def test_places_prints_every_place_for_8_gpus_for_2_hours_cheapest_first(logged_in, offers):
+    result = logged_in("places", "--project", "vision", "--gpus", "8", "--hours", "2")
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    assert lines[0] == "Where 8×GPU, 2 h can run, cheapest first:"
+    assert lines[1].split()[:5] == ["CLUSTER", "HARDWARE", "NODES", "COST", "REPORTED"]
+    assert lines[2].split()[:5] == ["local", "a100x4", "2×4", "20.00", "points"]  # 2 nodes × 5 × 2 h
+    assert lines[3].split()[:5] == ["local", "a100x8", "1×8", "60.00", "points"]
+    assert "not checked yet" in lines[2]
+    as_json = logged_in("--json", "places", "--project", "vision", "--gpus", "a100:8", "--walltime", "90m")
+    assert [p["hardware"] for p in as_json.json()["places"]] == ["a100x4", "a100x8"]
+    assert as_json.json()["shape"] == "8×A100, 1.5 h"
+
+
+def test_places_of_a_project_you_are_not_in_is_refused_as_not_found(logged_in, offers):
+    result = logged_in("places", "--project", "nlp", "--gpus", "8")
+    assert result.code == 3 and "not found" in result.err.lower(), (result.code, result.err)
