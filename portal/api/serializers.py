@@ -278,7 +278,10 @@ class JobSerializer(serializers.Serializer):
 
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))
     def get_datasets(self, job: Job) -> list[str]:
-        return [d.name for d in attached_datasets(job)]
+        # From the list's prefetch (one query for the page), or the datasets a submit being prepared attached.
+        if getattr(job, "attached_datasets", None) is not None or job.pk is None:
+            return [d.name for d in attached_datasets(job)]
+        return sorted(d.name for d in job.datasets.all())
 
     @extend_schema_field(ArtifactSerializer(many=True))
     def get_outputs(self, job: Job) -> list[dict[str, Any]]:

@@ -58,7 +58,8 @@ class JobListCreateView(ListView):
                 raise ApiError(f"unknown state {unknown[0]!r}: use {', '.join(JobState.values)} (comma-separated)",
                                field="state")
             jobs = jobs.filter(state__in=states)
-        return jobs.prefetch_related("artifacts").order_by("-id")  # each job lists its outputs: one query for all
+        # Each job lists its outputs and datasets: one query for each, for the whole page.
+        return jobs.prefetch_related("artifacts", "datasets").order_by("-id")
 
     @extend_schema(
         parameters=[

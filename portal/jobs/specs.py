@@ -44,7 +44,10 @@ def attached_datasets(job) -> list:
     """The datasets a job is given: those a submit being prepared attached (not saved yet), else the saved ones."""
     attached = getattr(job, "attached_datasets", None)
     if attached is None:
-        attached = list(job.datasets.select_related("project", "stored_file", "cluster")) if job.pk else []
+        # A job locked for dispatch already says whether it has any (locks.job's `has_datasets`).
+        has_any = job.pk is not None and getattr(job, "has_datasets", True)
+        attached = list(job.datasets.select_related("project", "stored_file", "cluster")) if has_any else []
+        job.attached_datasets = attached  # read once per job object: the spec and the staging both ask
     return sorted(attached, key=lambda d: d.name)
 
 
