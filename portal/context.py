@@ -12,8 +12,12 @@ def navigation(request) -> dict:
 
 
 def notifications(request) -> dict:
-    """How many unread notifications the bell shows (one indexed count; nothing for anonymous pages)."""
+    """How many unread notifications the bell shows, up to BELL_LIMIT (one indexed, bounded read rather than a
+    COUNT over all of them: pages stay flat however much history a user has; nothing for anonymous pages)."""
     user = getattr(request, "user", None)
     if not getattr(user, "is_authenticated", False):
         return {}
-    return {"unread_notifications": unread(user).count()}
+    return {"unread_notifications": len(unread(user).values_list("pk", flat=True)[:BELL_LIMIT])}
+
+
+BELL_LIMIT = 99

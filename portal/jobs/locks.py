@@ -34,6 +34,7 @@ def job(job_id: int, *, for_dispatch: bool = False) -> Job:
 TRACKING_FIELDS = (
     "id", "state", "state_reason", "updated_at", "started_at", "ended_at", "exit_code", "exit_signal", "elapsed_seconds",
     "cost_amount", "last_seen_at", "submitted_at", "cancel_requested_at", "cancel_reason", "scheduler_id", "template", "nodes",
+    "user", "project", "name",  # the owner is told of an ending (portal/notifications: jobs_ended)
     "estimate_unit", "hardware", "hardware__rate", "hardware__rate_unit",
 )
 

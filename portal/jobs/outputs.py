@@ -107,6 +107,10 @@ def _collect(job: Job) -> list[JobArtifact]:
         if not _safe(remote.path):
             continue
         stored_name = ""
+        if remote.path == METRICS_FILE:  # the documented way a job reports numbers (portal/jobs/metrics.py)
+            data = backend.read_file(job.remote_dir, f"{OUTPUTS_DIR}/{remote.path}", limit=remote.size + 1)
+            job.metrics = parse_metrics(data)
+            Job.objects.filter(pk=job.pk).update(metrics=job.metrics)
         if objectstore.configured():
             # All of it, streamed: the object store holds outputs of any size, downloaded by presigned GETs.
             stored_name = stream_job_output(job.uuid, remote.path,
@@ -117,9 +121,6 @@ def _collect(job: Job) -> list[JobArtifact]:
             if len(data) == remote.size:
                 stored_name = save_job_output(job.uuid, remote.path, data)
                 budget -= remote.size
-            if remote.path == METRICS_FILE:  # the documented way a job reports numbers (portal/jobs/metrics.py)
-                job.metrics = parse_metrics(data)
-                Job.objects.filter(pk=job.pk).update(metrics=job.metrics)
         artifacts.append(JobArtifact.objects.create(job=job, path=remote.path, size=remote.size, stored_name=stored_name))
     return artifacts
 

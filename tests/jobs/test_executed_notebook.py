@@ -8,6 +8,7 @@ import json
 import re
 
 import pytest
+import requests
 from django.urls import reverse
 
 from portal.jobs import actions
@@ -56,8 +57,11 @@ def test_the_job_page_shows_the_executed_notebook_with_its_injected_parameters_a
 
     artifact = job.artifacts.get(path="notebook.ipynb")
     download = client.get(reverse("job-artifact", args=[job.pk, artifact.pk]))
-    assert download["Content-Disposition"] == 'attachment; filename="notebook.ipynb"'
-    executed = json.loads(b"".join(download.streaming_content))
+    # Outputs live in the object store: the download is a presigned GET, named as the file.
+    assert download.status_code == 302
+    fetched = requests.get(download["Location"], timeout=30)
+    assert fetched.status_code == 200 and "notebook.ipynb" in fetched.headers.get("Content-Disposition", "")
+    executed = json.loads(fetched.content)
     assert executed["metadata"]["papermill"]["parameters"] == {"lr": 0.5, "epochs": 4}
 
     # Someone outside the project sees neither the job nor its notebook.
@@ -89,7 +93,8 @@ def test_a_notebook_sweeps_table_compares_the_points_parameters_beside_their_exe
     table = client.get(reverse("job-group", args=[sweep.group.pk])).content.decode()
     for job in sweep.group.jobs.all():
         lr = job.parameters["lr"]
-        assert f'<code class="me-2">epochs=3</code><code class="me-2">lr={lr}</code>' in table
+        row = table.split(f'<tr data-job="{job.pk}">')[1].split("</tr>")[0]
+        assert '<code class="me-2">epochs=3</code>' in row and f'<code class="me-2">lr={lr}</code>' in row, row
         assert f'<a href="{reverse("job-executed-notebook", args=[job.pk])}" target="_blank" rel="noopener">view</a>' in table
 
 

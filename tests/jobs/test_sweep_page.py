@@ -19,6 +19,7 @@ pytestmark = [pytest.mark.cluster]
 
 # Point LR=0.2 fails on its first attempt only (a marker file in the account's home says it was tried).
 SCRIPT = ('if [ "$LR" = "0.2" ] && [ ! -e "$HOME/kh-rerun-$SWEEP_MARK" ]; then touch "$HOME/kh-rerun-$SWEEP_MARK"; exit 3; fi\n'
+          'sleep 2\n'  # a point that ran a few seconds costs something (Slurm records whole seconds)
           'python3 -c \'import json, os; json.dump({"loss": round(1 - float(os.environ["LR"]), 6), "epochs": 3, '
           '"note": "text is left out"}, open(os.environ["KAKEHASHI_OUTPUT_DIR"] + "/metrics.json", "w"))\'\n')
 

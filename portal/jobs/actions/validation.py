@@ -112,11 +112,14 @@ def granted_allocation(req: JobRequest) -> tuple[Cluster, HardwareType | None, A
         raise SubmitError("choose the hardware to run on", field="hardware")
     if not cluster.enabled:
         raise SubmitError(f"{cluster.name} is switched off by the site admins", field="hardware")
-    # One query answers both "is there a grant" and "may it use this hardware" (submit's statement budget).
+    # One query answers "is there a grant", "may it use this hardware" and "did the project switch it off"
+    # (submit's statement budget).
     chosen = Allocation.hardware.through.objects.filter(allocation=OuterRef("pk"))
+    unused = Allocation.unused_hardware.through.objects.filter(allocation=OuterRef("pk"))
+    hw_pk = req.hardware.pk if req.hardware else None
     allocation = (Allocation.objects.filter(project=req.project, cluster=cluster)
-                  .annotate(restricted=Exists(chosen),
-                            allows=Exists(chosen.filter(hardwaretype=req.hardware.pk if req.hardware else None)))
+                  .annotate(restricted=Exists(chosen), allows=Exists(chosen.filter(hardwaretype=hw_pk)),
+                            switched_off=Exists(unused.filter(hardwaretype=hw_pk)))
                   .first())
     if allocation is None:
         raise SubmitError(f"project {req.project.slug} has no allocation on {cluster.name}", field="hardware")
@@ -132,7 +135,7 @@ def granted_allocation(req: JobRequest) -> tuple[Cluster, HardwareType | None, A
             raise SubmitError(f"{hw.name} is not available at the moment", field="hardware")
         if allocation.restricted and not allocation.allows:
             raise SubmitError(f"project {req.project.slug} may not use {hw.name}", field="hardware")
-        if allocation.unused_hardware.filter(pk=hw.pk).exists():
+        if allocation.switched_off:
             raise SubmitError(f"project {req.project.slug} does not use {hw.name} (its owners chose so)", field="hardware")
     if req.software is not None:
         software_ok = req.software.enabled and req.software.clusters.filter(pk=cluster.pk).exists()
