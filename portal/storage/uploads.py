@@ -38,7 +38,7 @@ from portal.audit.actions import record
 from portal.projects import access
 from portal.projects.models import Project
 from portal.storage import objectstore, quota
-from portal.storage.actions import clean_path, storage_key
+from portal.storage.actions import check_no_file_folder_clash, clean_path, storage_key
 from portal.storage.errors import FileExists, StorageError, StoreUnavailable, UploadConflict
 from portal.storage.models import StoredFile, UploadPart, UploadSession, UploadState
 
@@ -122,6 +122,7 @@ def create_upload(user, project: Project, *, path: str, size: int, sha256: str |
     _require_store()
     clean = clean_path(path)
     storage_key(project, clean)  # refuses a path too long for a key before anything is created
+    check_no_file_folder_clash(project, clean)
     size = _clean_size(size)
     sha256 = EMPTY_SHA256 if size == 0 else (_clean_sha256(sha256) if sha256 else "")
     with transaction.atomic():
