@@ -89,3 +89,115 @@ def test_with_the_database_unreachable_the_api_answers_503_json(portal_without_i
         response = requests.request(method, url + path, headers=token, json={"project": "vision"}, timeout=30)
         _unavailable(response, f"{method} {path}")
         assert response.json()["code"] == "database_unavailable"
+
+
+# ------------------------------------------------------------------------- a login node whose sshd stops
+
+
+@pytest.fixture
+def private_login_node(tmp_path, test_cluster):
+    """A Slurm login node of its own: a second sshd (the harness's host key and users) on a free port, so this
+    test can stop and start it without touching the login nodes other tests use. Yields (port, stop, start)."""
+    config = (test_cluster / "etc" / "sshd_config").read_text()
+    port = _free_port()
+    config = re.sub(r"(?m)^Port \d+\n", "", config.split("\nMatch ")[0])
+    config = config.replace(str(test_cluster / "run" / "sshd.pid"), str(tmp_path / "sshd.pid"))
+    (tmp_path / "sshd_config").write_text(f"Port {port}\n{config}\nSetEnv KAKEHASHI_LOGIN_NODE=private-slurm\n")
+
+    def start() -> None:
+        subprocess.run(["/usr/sbin/sshd", "-f", str(tmp_path / "sshd_config"), "-E", str(tmp_path / "sshd.log")],
+                       check=True)
+        deadline = time.monotonic() + 10
+        while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
+            assert time.monotonic() < deadline, (tmp_path / "sshd.log").read_text()
+            time.sleep(0.1)
+
+    def stop() -> None:
+        """The whole daemon down: the listener and the sessions it serves (the portal keeps connections open)."""
+        pid = int((tmp_path / "sshd.pid").read_text())
+        sessions = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout.split()
+        for victim in [pid, *map(int, sessions)]:
+            subprocess.run(["kill", str(victim)], check=False)
+        deadline = time.monotonic() + 10
+        while socket.socket().connect_ex(("127.0.0.1", port)) == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+
+    start()
+    yield port, stop, start
+    if (tmp_path / "sshd.pid").exists() and socket.socket().connect_ex(("127.0.0.1", port)) == 0:
+        stop()
+
+
+@pytest.mark.cluster
+@pytest.mark.django_db  # not transactional: the session's live worker must not see (and dispatch) these jobs
+def test_a_login_node_whose_sshd_stops_leaves_every_job_truthful_and_recovers_without_a_duplicate(
+        client, hpc_site, cluster_keys, test_cluster, private_login_node):
+    from decimal import Decimal
+
+    from backends.transport import SSHTransport
+    from portal.catalog.models import HardwareType
+    from portal.clusters.connect import account_for, backend_for
+    from portal.clusters.models import Allocation, Cluster, ClusterAccount, Kind
+    from portal.jobs import actions, tracking
+    from portal.jobs.models import Job, JobState
+
+    port, stop, start = private_login_node
+    host_key = (test_cluster / "etc" / "ssh_host_ed25519_key.pub").read_text().split()[:2]
+    cluster = Cluster.objects.create(slug="slurm-private", name="Slurm (private login node)", kind=Kind.SLURM,
+                                     login_host="127.0.0.1", login_port=port,
+                                     host_keys=f"[127.0.0.1]:{port} {' '.join(host_key)}\n", work_root="kakehashi-jobs")
+    hardware = HardwareType.objects.create(cluster=cluster, slug="private-a100x1", name="A100 slice", gpu_model="a100",
+                                           gpus_per_node=1, cpus_per_node=1, rate=Decimal("1"),
+                                           scheduler_mapping={"partition": "gpu", "gres": "gpu:a100:1"})
+    Allocation.objects.create(project=hpc_site.project, cluster=cluster, group="kkdemo")
+    private, public = cluster_keys["alice"]
+    account = ClusterAccount(cluster=cluster, user=hpc_site.alice, username="alice", public_key=public)
+    account.set_private_key(private)
+    account.save()
+
+    def submit(name: str, script: str) -> Job:
+        return actions.submit_job(hpc_site.alice, actions.JobRequest(
+            project=hpc_site.project, name=name, script=script, hardware=hardware, walltime="00:05:00")).job
+
+    def on_scheduler(job: Job) -> list[str]:
+        backend = backend_for(job.cluster, account_for(job.cluster, job.user, job.project))
+        return backend.transport.run(["squeue", "-h", "-t", "all", "-n", job.scheduler_name, "-o", "%i"]).stdout.split()
+
+    running = submit("running-through", "sleep 25")
+    assert actions.dispatch_job(running.pk).status == "submitted"
+    waiting = submit("waiting-out", "echo after the outage")
+    try:
+        stop()
+        # Being submitted while the login node is down: it keeps waiting, says why, and is never failed.
+        outcome = actions.dispatch_job(waiting.pk)
+        waiting.refresh_from_db()
+        assert outcome.status == "retry"
+        assert waiting.state == JobState.SUBMITTING and waiting.scheduler_id == ""
+        assert "could not reach the scheduler yet" in waiting.state_reason
+        # Tracking while it is down changes no job and marks the cluster as not answering.
+        report = tracking.track_cluster(cluster.pk)
+        running.refresh_from_db()
+        assert report.error and running.state in (JobState.PENDING, JobState.RUNNING)
+        cluster.refresh_from_db()
+        assert cluster.last_error
+        client.force_login(hpc_site.alice)
+        page = client.get(f"/jobs/{running.pk}/").content.decode()
+        assert "is not answering" in page and "the state shown is the last one known" in page
+        hpc_site.alice.is_staff = True
+        hpc_site.alice.save()
+        assert cluster.last_error[:40] in client.get("/site/").content.decode()  # the cluster page shows it degraded
+    finally:
+        start()
+    SSHTransport.close_all()  # connections the portal held died with the daemon
+    outcome = actions.dispatch_job(waiting.pk)
+    waiting.refresh_from_db()
+    assert outcome.status in ("submitted", "found") and waiting.state == JobState.PENDING
+    assert len(on_scheduler(waiting)) == 1  # one submission, however many tries
+    assert tracking.track_cluster(cluster.pk).error == ""
+    cluster.refresh_from_db()
+    assert cluster.last_error == ""
+    assert on_scheduler(running) == [running.scheduler_id]
+    backend = backend_for(cluster, account_for(cluster, hpc_site.alice, hpc_site.project))
+    backend.cancel(running.scheduler_id)
+    backend.cancel(waiting.scheduler_id)
