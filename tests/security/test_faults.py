@@ -97,12 +97,32 @@ def test_with_the_database_unreachable_the_api_answers_503_json(portal_without_i
 @pytest.fixture
 def private_login_node(tmp_path, test_cluster):
     """A Slurm login node of its own: a second sshd (the harness's host key and users) on a free port, so this
-    test can stop and start it without touching the login nodes other tests use. Yields (port, stop, start)."""
+    test can stop and start it without touching the login nodes other tests use. Its Slurm commands read their
+    own copy of slurm.conf, so the controller can seem to stop for this login node only (controller(False)
+    points them at a port where no slurmctld listens). Yields (port, stop, start, controller)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    # Outside pytest's own temporary directories, which only root may enter: alice's commands read this.
+    conf_dir = Path(tempfile.mkdtemp(prefix="kakehashi-slurm-conf-")) / "slurm"
+    conf_dir.parent.chmod(0o755)
+    shutil.copytree("/etc/slurm", conf_dir, ignore=shutil.ignore_patterns("slurmdbd.conf"))
+    conf_dir.chmod(0o755)
+    real_conf = (conf_dir / "slurm.conf").read_text()
+
+    def controller(up: bool) -> None:
+        text = real_conf if up else re.sub(r"(?m)^SlurmctldPort=.*$", f"SlurmctldPort={_closed_port()}",
+                                           re.sub(r"(?m)^MessageTimeout=.*\n", "", real_conf)) + "MessageTimeout=2\n"
+        (conf_dir / "slurm.conf").write_text(text)
+        (conf_dir / "slurm.conf").chmod(0o644)
+
     config = (test_cluster / "etc" / "sshd_config").read_text()
     port = _free_port()
     config = re.sub(r"(?m)^Port \d+\n", "", config.split("\nMatch ")[0])
     config = config.replace(str(test_cluster / "run" / "sshd.pid"), str(tmp_path / "sshd.pid"))
-    (tmp_path / "sshd_config").write_text(f"Port {port}\n{config}\nSetEnv KAKEHASHI_LOGIN_NODE=private-slurm\n")
+    (tmp_path / "sshd_config").write_text(
+        f"Port {port}\n{config}\nSetEnv KAKEHASHI_LOGIN_NODE=private-slurm SLURM_CONF={conf_dir / 'slurm.conf'}\n")
 
     def start() -> None:
         subprocess.run(["/usr/sbin/sshd", "-f", str(tmp_path / "sshd_config"), "-E", str(tmp_path / "sshd.log")],
@@ -124,25 +144,22 @@ def private_login_node(tmp_path, test_cluster):
             time.sleep(0.1)
 
     start()
-    yield port, stop, start
+    yield port, stop, start, controller
     if (tmp_path / "sshd.pid").exists() and socket.socket().connect_ex(("127.0.0.1", port)) == 0:
         stop()
+    shutil.rmtree(conf_dir.parent)
 
 
-@pytest.mark.cluster
-@pytest.mark.django_db  # not transactional: the session's live worker must not see (and dispatch) these jobs
-def test_a_login_node_whose_sshd_stops_leaves_every_job_truthful_and_recovers_without_a_duplicate(
-        client, hpc_site, cluster_keys, test_cluster, private_login_node):
+def _private_cluster(hpc_site, cluster_keys, test_cluster, port: int):
+    """The private login node registered as a Slurm cluster of project vision, alice's account linked.
+    Returns (cluster, submit(name, script) -> Job, on_scheduler(job) -> ids of the jobs Slurm has by its name)."""
     from decimal import Decimal
 
-    from backends.transport import SSHTransport
     from portal.catalog.models import HardwareType
     from portal.clusters.connect import account_for, backend_for
     from portal.clusters.models import Allocation, Cluster, ClusterAccount, Kind
-    from portal.jobs import actions, tracking
-    from portal.jobs.models import Job, JobState
+    from portal.jobs import actions
 
-    port, stop, start = private_login_node
     host_key = (test_cluster / "etc" / "ssh_host_ed25519_key.pub").read_text().split()[:2]
     cluster = Cluster.objects.create(slug="slurm-private", name="Slurm (private login node)", kind=Kind.SLURM,
                                      login_host="127.0.0.1", login_port=port,
@@ -156,13 +173,37 @@ def test_a_login_node_whose_sshd_stops_leaves_every_job_truthful_and_recovers_wi
     account.set_private_key(private)
     account.save()
 
-    def submit(name: str, script: str) -> Job:
+    def submit(name: str, script: str):
         return actions.submit_job(hpc_site.alice, actions.JobRequest(
             project=hpc_site.project, name=name, script=script, hardware=hardware, walltime="00:05:00")).job
 
-    def on_scheduler(job: Job) -> list[str]:
+    def on_scheduler(job) -> list[str]:
         backend = backend_for(job.cluster, account_for(job.cluster, job.user, job.project))
         return backend.transport.run(["squeue", "-h", "-t", "all", "-n", job.scheduler_name, "-o", "%i"]).stdout.split()
+
+    return cluster, submit, on_scheduler
+
+
+def _cancel(cluster, site, *jobs) -> None:
+    from portal.clusters.connect import account_for, backend_for
+
+    backend = backend_for(cluster, account_for(cluster, site.alice, site.project))
+    for job in jobs:
+        job.refresh_from_db()
+        if job.scheduler_id:
+            backend.cancel(job.scheduler_id)
+
+
+@pytest.mark.cluster
+@pytest.mark.django_db  # not transactional: the session's live worker must not see (and dispatch) these jobs
+def test_a_login_node_whose_sshd_stops_leaves_every_job_truthful_and_recovers_without_a_duplicate(
+        client, hpc_site, cluster_keys, test_cluster, private_login_node):
+    from backends.transport import SSHTransport
+    from portal.jobs import actions, tracking
+    from portal.jobs.models import JobState
+
+    port, stop, start, _ = private_login_node
+    cluster, submit, on_scheduler = _private_cluster(hpc_site, cluster_keys, test_cluster, port)
 
     running = submit("running-through", "sleep 25")
     assert actions.dispatch_job(running.pk).status == "submitted"
@@ -198,6 +239,39 @@ def test_a_login_node_whose_sshd_stops_leaves_every_job_truthful_and_recovers_wi
     cluster.refresh_from_db()
     assert cluster.last_error == ""
     assert on_scheduler(running) == [running.scheduler_id]
-    backend = backend_for(cluster, account_for(cluster, hpc_site.alice, hpc_site.project))
-    backend.cancel(running.scheduler_id)
-    backend.cancel(waiting.scheduler_id)
+    _cancel(cluster, hpc_site, running, waiting)
+
+
+@pytest.mark.cluster
+@pytest.mark.django_db  # not transactional, as above
+def test_a_slurm_controller_that_stops_answering_fails_no_job_and_the_waiting_one_is_submitted_once_it_is_back(
+        hpc_site, cluster_keys, test_cluster, private_login_node):
+    """sbatch reports an unreachable slurmctld as "Batch job submission failed": the job used to be marked failed
+    on that guess. The controller stops for this login node only (its own slurm.conf points elsewhere)."""
+    from portal.jobs import actions, tracking
+    from portal.jobs.models import JobState
+
+    port, _, _, controller = private_login_node
+    cluster, submit, on_scheduler = _private_cluster(hpc_site, cluster_keys, test_cluster, port)
+    running = submit("queued-through", "sleep 25")
+    assert actions.dispatch_job(running.pk).status == "submitted"
+    waiting = submit("submitted-after", "echo after the outage")
+    try:
+        controller(up=False)
+        outcome = actions.dispatch_job(waiting.pk)
+        waiting.refresh_from_db()
+        assert outcome.status == "retry", outcome
+        assert waiting.state == JobState.SUBMITTING and "controller is not answering" in waiting.state_reason
+        report = tracking.track_cluster(cluster.pk)
+        running.refresh_from_db()
+        assert report.error and running.state in (JobState.PENDING, JobState.RUNNING)
+        cluster.refresh_from_db()
+        assert "Unable to contact slurm controller" in cluster.last_error
+    finally:
+        controller(up=True)
+    outcome = actions.dispatch_job(waiting.pk)
+    waiting.refresh_from_db()
+    assert outcome.status in ("submitted", "found") and waiting.state == JobState.PENDING
+    assert len(on_scheduler(waiting)) == 1
+    assert tracking.track_cluster(cluster.pk).error == ""
+    _cancel(cluster, hpc_site, running, waiting)
