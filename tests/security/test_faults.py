@@ -275,3 +275,82 @@ def test_a_slurm_controller_that_stops_answering_fails_no_job_and_the_waiting_on
     assert len(on_scheduler(waiting)) == 1
     assert tracking.track_cluster(cluster.pk).error == ""
     _cancel(cluster, hpc_site, running, waiting)
+
+
+# ------------------------------------------------------------------------------------- Redis restarted
+
+
+@pytest.fixture
+def private_redis(tmp_path):
+    """A Redis of this test's own (no persistence, as the suite's), so it can be killed and restarted without
+    touching the machine's shared Redis. Yields (url, restart)."""
+    port = _free_port()
+    state = {}
+
+    def start() -> None:
+        state["proc"] = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                          "--appendonly", "no", "--dir", str(tmp_path)], stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+
+    def restart() -> None:
+        state["proc"].kill()  # as a crash: nothing written anywhere, every queued message gone
+        state["proc"].wait(timeout=10)
+        start()
+
+    start()
+    yield f"redis://127.0.0.1:{port}/0", restart
+    state["proc"].kill()
+    state["proc"].wait(timeout=10)
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_a_redis_restart_with_dispatches_queued_loses_no_job_and_the_worker_carries_on(local_site, private_redis,
+                                                                                      monkeypatch):
+    import uuid
+    from pathlib import Path
+
+    from django.conf import settings
+
+    from portal.jobs import actions
+    from portal.jobs.actions import submit as submit_actions
+    from portal.jobs.models import Job, JobState
+    from portal.jobs.tasks import dispatch_job_task
+    from tests.conftest import start_worker, stop_worker, wait_for
+    from workers.celery import app
+
+    url, restart = private_redis
+    queue = f"redis-restart-{uuid.uuid4().hex[:6]}"
+    # Jobs are recorded here and their dispatch messages sent to the private Redis by hand (the test process's
+    # own broker is the shared one).
+    monkeypatch.setattr(submit_actions, "enqueue_on_commit", lambda *task: None)
+
+    def submit(name: str) -> Job:
+        job = actions.submit_job(local_site.alice, actions.JobRequest(
+            project=local_site.project, name=name, script=f"echo {name}", hardware=local_site.hardware,
+            walltime="00:05:00")).job
+        with app.connection_for_write(url) as connection:
+            dispatch_job_task.apply_async(args=[job.pk], queue=queue, connection=connection)
+        return job
+
+    queued = [submit("before-the-crash-1"), submit("before-the-crash-2")]
+    restart()  # with their messages still waiting in Redis, and no worker yet
+    worker = start_worker("redis-crash", queue, Path(settings.VAR_DIR) / f"{queue}.log", CELERY_BROKER_URL=url,
+                          REDIS_URL=url, KAKEHASHI_STALE_DISPATCH_SECONDS="2", KAKEHASHI_RECOVER_INTERVAL="1")
+    try:
+        for job in queued:
+            done = wait_for(lambda job=job: Job.objects.filter(pk=job.pk, state=JobState.COMPLETED).first(),
+                            timeout=90, message=f"{job.name} to run after the restart")
+            assert done.exit_code == 0
+            assert done.events.filter(to_state=JobState.PENDING).count() == 1  # handed over once
+        restart()  # now under a running worker, which must reconnect on its own
+        after = submit("after-the-crash")
+        done = wait_for(lambda: Job.objects.filter(pk=after.pk, state=JobState.COMPLETED).first(), timeout=90,
+                        message="a job sent after the second restart")
+        assert done.exit_code == 0
+        assert not Job.objects.exclude(state=JobState.COMPLETED).exists()  # nothing lost, nothing stuck
+    finally:
+        stop_worker(worker)
