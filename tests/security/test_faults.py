@@ -121,8 +121,15 @@ def private_login_node(tmp_path, test_cluster):
     port = _free_port()
     config = re.sub(r"(?m)^Port \d+\n", "", config.split("\nMatch ")[0])
     config = config.replace(str(test_cluster / "run" / "sshd.pid"), str(tmp_path / "sshd.pid"))
-    (tmp_path / "sshd_config").write_text(
-        f"Port {port}\n{config}\nSetEnv KAKEHASHI_LOGIN_NODE=private-slurm SLURM_CONF={conf_dir / 'slurm.conf'}\n")
+    qmaster_port = [""]
+
+    def write_config() -> None:
+        # SGE_QMASTER_PORT: where Grid Engine's commands look for sge_qmaster; a closed port = a stopped qmaster.
+        extra = f" SGE_QMASTER_PORT={qmaster_port[0]}" if qmaster_port[0] else ""
+        (tmp_path / "sshd_config").write_text(f"Port {port}\n{config}\nSetEnv KAKEHASHI_LOGIN_NODE=private "
+                                              f"SLURM_CONF={conf_dir / 'slurm.conf'}{extra}\n")
+
+    write_config()
 
     def start() -> None:
         subprocess.run(["/usr/sbin/sshd", "-f", str(tmp_path / "sshd_config"), "-E", str(tmp_path / "sshd.log")],
@@ -143,16 +150,27 @@ def private_login_node(tmp_path, test_cluster):
             assert time.monotonic() < deadline
             time.sleep(0.1)
 
+    def qmaster(up: bool) -> None:
+        """Grid Engine's qmaster stops answering this login node (its sshd restarts with the new setting)."""
+        from backends.transport import SSHTransport
+
+        qmaster_port[0] = "" if up else str(_closed_port())
+        stop()
+        write_config()
+        start()
+        SSHTransport.close_all()
+
     start()
-    yield port, stop, start, controller
+    yield port, stop, start, controller, qmaster
     if (tmp_path / "sshd.pid").exists() and socket.socket().connect_ex(("127.0.0.1", port)) == 0:
         stop()
     shutil.rmtree(conf_dir.parent)
 
 
-def _private_cluster(hpc_site, cluster_keys, test_cluster, port: int):
-    """The private login node registered as a Slurm cluster of project vision, alice's account linked.
-    Returns (cluster, submit(name, script) -> Job, on_scheduler(job) -> ids of the jobs Slurm has by its name)."""
+def _private_cluster(hpc_site, cluster_keys, test_cluster, port: int, kind: str = "slurm"):
+    """The private login node registered as a Slurm (or plain Grid Engine) cluster of project vision, alice's
+    account linked. Returns (cluster, submit(name, script) -> Job, on_scheduler(job) -> the scheduler's ids of the
+    jobs it holds under the job's name)."""
     from decimal import Decimal
 
     from portal.catalog.models import HardwareType
@@ -161,12 +179,13 @@ def _private_cluster(hpc_site, cluster_keys, test_cluster, port: int):
     from portal.jobs import actions
 
     host_key = (test_cluster / "etc" / "ssh_host_ed25519_key.pub").read_text().split()[:2]
-    cluster = Cluster.objects.create(slug="slurm-private", name="Slurm (private login node)", kind=Kind.SLURM,
+    cluster = Cluster.objects.create(slug=f"{kind}-private", name=f"{kind} (private login node)", kind=kind,
                                      login_host="127.0.0.1", login_port=port,
                                      host_keys=f"[127.0.0.1]:{port} {' '.join(host_key)}\n", work_root="kakehashi-jobs")
     hardware = HardwareType.objects.create(cluster=cluster, slug="private-a100x1", name="A100 slice", gpu_model="a100",
                                            gpus_per_node=1, cpus_per_node=1, rate=Decimal("1"),
-                                           scheduler_mapping={"partition": "gpu", "gres": "gpu:a100:1"})
+                                           scheduler_mapping={"partition": "gpu", "gres": "gpu:a100:1"} if kind == Kind.SLURM
+                                           else {"pe": "smp", "gpu_resource": "gpu"})
     Allocation.objects.create(project=hpc_site.project, cluster=cluster, group="kkdemo")
     private, public = cluster_keys["alice"]
     account = ClusterAccount(cluster=cluster, user=hpc_site.alice, username="alice", public_key=public)
@@ -179,7 +198,12 @@ def _private_cluster(hpc_site, cluster_keys, test_cluster, port: int):
 
     def on_scheduler(job) -> list[str]:
         backend = backend_for(job.cluster, account_for(job.cluster, job.user, job.project))
-        return backend.transport.run(["squeue", "-h", "-t", "all", "-n", job.scheduler_name, "-o", "%i"]).stdout.split()
+        if kind == Kind.SLURM:
+            command = ["squeue", "-h", "-t", "all", "-n", job.scheduler_name, "-o", "%i"]
+            return backend.transport.run(command).stdout.split()
+        listing = backend.transport.run(["qstat", "-xml", "-u", "alice"]).stdout
+        return re.findall(rf"<JB_job_number>(\d+)</JB_job_number>\s*<JAT_prio>[^<]*</JAT_prio>\s*"
+                          rf"<JB_name>{re.escape(job.scheduler_name)}</JB_name>", listing)
 
     return cluster, submit, on_scheduler
 
@@ -202,7 +226,7 @@ def test_a_login_node_whose_sshd_stops_leaves_every_job_truthful_and_recovers_wi
     from portal.jobs import actions, tracking
     from portal.jobs.models import JobState
 
-    port, stop, start, _ = private_login_node
+    port, stop, start, _, _ = private_login_node
     cluster, submit, on_scheduler = _private_cluster(hpc_site, cluster_keys, test_cluster, port)
 
     running = submit("running-through", "sleep 25")
@@ -251,7 +275,7 @@ def test_a_slurm_controller_that_stops_answering_fails_no_job_and_the_waiting_on
     from portal.jobs import actions, tracking
     from portal.jobs.models import JobState
 
-    port, _, _, controller = private_login_node
+    port, _, _, controller, _ = private_login_node
     cluster, submit, on_scheduler = _private_cluster(hpc_site, cluster_keys, test_cluster, port)
     running = submit("queued-through", "sleep 25")
     assert actions.dispatch_job(running.pk).status == "submitted"
@@ -354,3 +378,36 @@ def test_a_redis_restart_with_dispatches_queued_loses_no_job_and_the_worker_carr
         assert not Job.objects.exclude(state=JobState.COMPLETED).exists()  # nothing lost, nothing stuck
     finally:
         stop_worker(worker)
+
+
+@pytest.mark.cluster
+@pytest.mark.django_db  # not transactional, as above
+def test_a_grid_engine_qmaster_that_stops_answering_fails_no_job_and_the_waiting_one_is_submitted_once_it_is_back(
+        hpc_site, cluster_keys, test_cluster, private_login_node):
+    from portal.jobs import actions, tracking
+    from portal.jobs.models import JobState
+
+    port, _, _, _, qmaster = private_login_node
+    cluster, submit, on_scheduler = _private_cluster(hpc_site, cluster_keys, test_cluster, port, kind="sge")
+    running = submit("queued-through", "sleep 25")
+    assert actions.dispatch_job(running.pk).status == "submitted"
+    waiting = submit("submitted-after", "sleep 20")
+    try:
+        qmaster(up=False)
+        outcome = actions.dispatch_job(waiting.pk)
+        waiting.refresh_from_db()
+        assert outcome.status == "retry", outcome
+        assert waiting.state == JobState.SUBMITTING and waiting.scheduler_id == ""
+        report = tracking.track_cluster(cluster.pk)
+        running.refresh_from_db()
+        assert report.error and running.state in (JobState.PENDING, JobState.RUNNING)
+        cluster.refresh_from_db()
+        assert "qmaster" in cluster.last_error
+    finally:
+        qmaster(up=True)
+    outcome = actions.dispatch_job(waiting.pk)
+    waiting.refresh_from_db()
+    assert outcome.status in ("submitted", "found") and waiting.state == JobState.PENDING
+    assert on_scheduler(waiting) == [waiting.scheduler_id]  # one submission, however many tries
+    assert tracking.track_cluster(cluster.pk).error == ""
+    _cancel(cluster, hpc_site, running, waiting)
