@@ -255,6 +255,7 @@ def complete_upload(user, session: UploadSession, sha256: str | None = None,
         if existing is not None and not session.overwrite:
             raise FileExists(f"{session.path} was added to project {project.slug} since this upload started; "
                              "complete it with overwrite to replace that file", field="path")
+        check_no_file_folder_clash(project, session.path)  # again: a file "a" may have arrived meanwhile for "a/b"
         parts = _store_call(objectstore.list_parts, session.key, session.upload_id, etags or {})
         signed = dict(session.parts.values_list("number", "sha256"))
         problems = _part_problems(session, parts, signed)

@@ -310,3 +310,20 @@ def test_accepted_hostile_values_arrive_verbatim_on_a_real_scheduler_and_run_not
         encoded = base64.b64encode(value.encode()).decode()
         assert f"VALUE={encoded}\n" in job_output(Job.objects.get(pk=job_id), "stdout"), value
     assert not Path(CANARY).exists(), "a hostile value ran a command"
+
+
+def test_a_path_is_a_file_or_a_folder_never_both(client, local_site, issue):
+    """Found by the corpus: "ok/etc/passwd" after a file "ok" was a 500 on the portal's disk."""
+    token = issue(local_site.alice, "read", "submit")
+    folder_upload = _post(client, token, "/api/v1/projects/vision/uploads/", {"path": "a/b.bin", "size": 10})
+    assert folder_upload.status_code == 201, folder_upload.content
+    file_a = _post(client, token, "/api/v1/projects/vision/uploads/", {"path": "a", "size": 0})  # complete at once
+    assert file_a.status_code == 201, file_a.content
+    refused = _post(client, token, "/api/v1/projects/vision/uploads/", {"path": "a/c.bin", "size": 10})
+    assert refused.status_code == 409 and refused.json()["code"] == "path_is_a_file", refused.content
+    late = _post(client, token, f"/api/v1/projects/vision/uploads/{folder_upload.json()['id']}/complete/",
+                 {"sha256": "0" * 64})
+    assert late.status_code == 409 and late.json()["code"] == "path_is_a_file", late.content
+    _post(client, token, "/api/v1/projects/vision/uploads/", {"path": "d/e.bin", "size": 0})
+    refused = _post(client, token, "/api/v1/projects/vision/uploads/", {"path": "d", "size": 0})
+    assert refused.status_code == 409 and refused.json()["code"] == "path_is_a_folder", refused.content
