@@ -411,3 +411,45 @@ def test_a_grid_engine_qmaster_that_stops_answering_fails_no_job_and_the_waiting
     assert on_scheduler(waiting) == [waiting.scheduler_id]  # one submission, however many tries
     assert tracking.track_cluster(cluster.pk).error == ""
     _cancel(cluster, hpc_site, running, waiting)
+
+
+@pytest.mark.cluster
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_backs_off_while_the_login_node_is_down_and_submits_once_when_it_is_back(
+        hpc_site, cluster_keys, test_cluster, private_login_node, monkeypatch):
+    import uuid
+    from pathlib import Path
+
+    from django.conf import settings
+
+    from portal.jobs.actions import submit as submit_actions
+    from portal.jobs.models import Job, JobState
+    from portal.jobs.tasks import dispatch_job_task
+    from tests.conftest import start_worker, stop_worker, wait_for
+
+    port, stop, start, _, _ = private_login_node
+    cluster, submit, on_scheduler = _private_cluster(hpc_site, cluster_keys, test_cluster, port)
+    monkeypatch.setattr(submit_actions, "enqueue_on_commit", lambda *task: None)  # sent to this test's queue below
+    job = submit("patient", "sleep 20")
+    queue = f"backoff-{uuid.uuid4().hex[:6]}"
+    log = Path(settings.VAR_DIR) / f"{queue}.log"
+    stop()
+    worker = start_worker("backoff", queue, log, KAKEHASHI_SSH_TIMEOUT="5")
+    try:
+        dispatch_job_task.apply_async(args=[job.pk], queue=queue)
+        retries = wait_for(lambda: re.findall(rf"job {job.pk}: dispatch will retry in (\d+) s", log.read_text()),
+                           timeout=60, message="the first retry")
+        retries = wait_for(lambda: (found := re.findall(rf"job {job.pk}: dispatch will retry in (\d+) s",
+                                                        log.read_text()))[1:] and found, timeout=60,
+                           message="the second retry")
+        assert [int(r) for r in retries[:2]] == [5, 10]  # backing off, not hammering the login node
+        current = Job.objects.get(pk=job.pk)
+        assert current.state == JobState.SUBMITTING and "could not reach the scheduler yet" in current.state_reason
+        start()
+        done = wait_for(lambda: Job.objects.filter(pk=job.pk, state__in=[JobState.PENDING, JobState.RUNNING]).first(),
+                        timeout=90, message="the job to be submitted once the login node is back")
+        assert on_scheduler(done) == [done.scheduler_id]
+    finally:
+        stop_worker(worker)
+        _cancel(cluster, hpc_site, job)
