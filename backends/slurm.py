@@ -43,6 +43,10 @@ _STATES = {
     "CANCELLED": State.CANCELLED,
     "TIMEOUT": State.TIMED_OUT,
 }
+_CONTROLLER_UNREACHABLE = (
+    "Unable to contact slurm controller", "Socket timed out on send/recv", "Zero Bytes were transmitted or received",
+    "Slurm backup controller in standby mode", "Communication connection failure",
+)
 _ID_RE = re.compile(r"\d+(_\d+)?")
 SACCT_FIELDS = "JobID,JobName,State,ExitCode,Start,End,ElapsedRaw,NNodes,AllocTRES,Account,Partition"
 # The job-completion log has no TRES (and Slurm 22.05's `sacct -c` crashes when asked for AllocTRES).
@@ -121,6 +125,11 @@ class SlurmBackend(Backend):
     def parse_submit(self, result: CommandResult) -> str:
         if not result.ok:
             message = result.message
+            # sbatch words a controller it cannot reach as a failed submission too ("sbatch: error: Batch job
+            # submission failed: Unable to contact slurm controller"): that is an outage to wait out, not a refusal
+            # of the job. A timed-out reply may even hide a submission, which the retry's look-first finds.
+            if any(words in message for words in _CONTROLLER_UNREACHABLE):
+                raise BackendError(f"the Slurm controller is not answering: {message}")
             if "sbatch: error" in message or "Batch job submission failed" in message:
                 raise SubmitRefused(_sbatch_error(message))
             raise BackendError(f"sbatch failed (exit {result.exit_status}): {message}")

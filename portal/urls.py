@@ -11,6 +11,9 @@ from portal.overview import views as overview
 from portal.projects import views as project_views
 from portal.usage import views as usage_views
 
+# Any unhandled exception: a 503 with a message when the database is unreachable, else the 500 page.
+handler500 = "portal.unavailable.server_error"
+
 urlpatterns = [
     path("", overview.dashboard, name="dashboard"),
     path("healthz", account_views.healthz, name="healthz"),

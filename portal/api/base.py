@@ -5,10 +5,10 @@ from __future__ import annotations
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter
 from rest_framework import generics
 from rest_framework.permissions import IsAuthenticated
-from rest_framework.renderers import JSONRenderer
 from rest_framework.views import APIView
 
 from portal.api.errors import ApiError
+from portal.api.parsers import JSONRenderer
 from portal.api.permissions import TokenScope
 
 

@@ -21,6 +21,7 @@ from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from portal import unavailable
 from portal.jobs.actions import BudgetRefused, CancelError, SubmitError
 from portal.storage.actions import StorageError
 
@@ -80,6 +81,11 @@ def exception_handler(exc: Exception, context: dict) -> Response:
         response["Retry-After"] = str(wait)
         return response
 
+    if unavailable.database_down(exc):
+        log.error("database unreachable in %s: %s", context.get("view").__class__.__name__, exc)
+        response = error_response(503, unavailable.MESSAGE, "database_unavailable")
+        response["Retry-After"] = str(unavailable.RETRY_AFTER_SECONDS)
+        return response
     response = drf_exception_handler(exc, context)
     if response is None:
         # Not an API exception: a bug. Answer in the API's shape and keep the traceback in the log.

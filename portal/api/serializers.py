@@ -9,6 +9,7 @@ from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from portal.api.parsers import unstorable_text
 from portal.budgets.actions import Money
 from portal.budgets.display import amount_text
 from portal.jobs.actions import format_walltime
@@ -184,6 +185,10 @@ class FlexibleJSONField(serializers.JSONField):
                 data = json.loads(data)
             except ValueError as exc:
                 raise serializers.ValidationError(f"this is not valid JSON: {exc}") from None
+            # The text held JSON of its own: check it as the body's parser checked the body.
+            found = unstorable_text(data)
+            if found:
+                raise serializers.ValidationError(f"{found[0]}: {found[1]}" if found[0] else found[1])
         return super().to_internal_value(data)
 
 

@@ -11,12 +11,12 @@ from django.urls import reverse
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.permissions import IsAuthenticated
-from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.api.errors import NotFound
 from portal.api.models import Scope
+from portal.api.parsers import JSONRenderer
 from portal.api.permissions import TokenScope
 from portal.api.queries import project_or_404
 from portal.api.schema import BAD_INPUT, COMMON_ERRORS, NOT_FOUND, error

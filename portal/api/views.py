@@ -12,12 +12,12 @@ from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
-from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 
 from portal.api import queries
 from portal.api.base import ApiView, ListView, query_int
 from portal.api.errors import ApiError, NotFound
+from portal.api.parsers import JSONParser
 from portal.api.places import places_answer
 from portal.api.schema import BAD_INPUT, COMMON_ERRORS, NOT_FOUND, error
 from portal.api.serializers import (

@@ -89,6 +89,7 @@ class JobForm(forms.Form):
     )
     env = forms.CharField(
         required=False,
+        strip=False,  # a value's own leading or trailing spaces are part of it
         label="Environment variables",
         widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "class": "font-monospace", "placeholder": "NCCL_DEBUG=INFO"}),
         help_text="One NAME=value per line.",
@@ -181,13 +182,16 @@ class JobForm(forms.Form):
 
     def clean_env(self) -> dict[str, str]:
         env: dict[str, str] = {}
-        for number, line in enumerate(self.cleaned_data.get("env", "").splitlines(), 1):
+        # Lines end at \n only: splitlines() would also break at U+0085, U+2028, \v… inside a value, turning its
+        # rest into a line of its own; kept in the value, check_env refuses them with a message instead.
+        text = self.cleaned_data.get("env", "").replace("\r\n", "\n")
+        for number, line in enumerate(text.split("\n"), 1):
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
             name, sep, value = line.partition("=")
             if not sep:
                 raise forms.ValidationError(f"line {number}: write NAME=value")
-            env[name.strip()] = value
+            env[name.strip()] = value.removesuffix("\r")
         return env
 
 

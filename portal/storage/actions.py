@@ -131,6 +131,19 @@ def _digest(upload: IO[bytes]) -> tuple[int, str]:
     return size, sha.hexdigest()
 
 
+def check_no_file_folder_clash(project: Project, clean: str) -> None:
+    """A path is a file or a folder, never both: "a" and "a/b" cannot both be files of one project. Every file
+    system the files reach (the portal's own disk, a download, a cluster) would refuse one of them."""
+    parents = ["/".join(clean.split("/")[:n]) for n in range(1, clean.count("/") + 1)]
+    clash = StoredFile.objects.filter(project=project, path__in=parents).values_list("path", flat=True).first()
+    if clash is not None:
+        raise UploadConflict(f"{clash} is a file, so it cannot also be a folder holding {clean}", code="path_is_a_file",
+                             field="path")
+    if StoredFile.objects.filter(project=project, path__startswith=clean + "/").exists():
+        raise UploadConflict(f"{clean} is a folder of files, so it cannot also be a file", code="path_is_a_folder",
+                             field="path")
+
+
 def store_file(user, project: Project, upload, *, path: str | None = None, overwrite: bool = False) -> tuple[StoredFile, bool]:
     """Put an uploaded file into the project's storage. Returns (the file, whether it is new).
 
@@ -147,6 +160,7 @@ def store_file(user, project: Project, upload, *, path: str | None = None, overw
     if upload is None:
         raise StorageError("attach the file in the multipart field 'file'", field="file")
     clean = clean_path(path, getattr(upload, "name", None))
+    check_no_file_folder_clash(project, clean)
     if getattr(upload, "size", 0) > max_upload_bytes():
         raise FileTooLarge(_too_large_message(), field="file")
     size, sha256 = _digest(upload)

@@ -38,7 +38,7 @@ from portal.audit.actions import record
 from portal.projects import access
 from portal.projects.models import Project
 from portal.storage import objectstore, quota
-from portal.storage.actions import clean_path, storage_key
+from portal.storage.actions import check_no_file_folder_clash, clean_path, storage_key
 from portal.storage.errors import FileExists, StorageError, StoreUnavailable, UploadConflict
 from portal.storage.models import StoredFile, UploadPart, UploadSession, UploadState
 
@@ -122,6 +122,7 @@ def create_upload(user, project: Project, *, path: str, size: int, sha256: str |
     _require_store()
     clean = clean_path(path)
     storage_key(project, clean)  # refuses a path too long for a key before anything is created
+    check_no_file_folder_clash(project, clean)
     size = _clean_size(size)
     sha256 = EMPTY_SHA256 if size == 0 else (_clean_sha256(sha256) if sha256 else "")
     with transaction.atomic():
@@ -254,6 +255,7 @@ def complete_upload(user, session: UploadSession, sha256: str | None = None,
         if existing is not None and not session.overwrite:
             raise FileExists(f"{session.path} was added to project {project.slug} since this upload started; "
                              "complete it with overwrite to replace that file", field="path")
+        check_no_file_folder_clash(project, session.path)  # again: a file "a" may have arrived meanwhile for "a/b"
         parts = _store_call(objectstore.list_parts, session.key, session.upload_id, etags or {})
         signed = dict(session.parts.values_list("number", "sha256"))
         problems = _part_problems(session, parts, signed)

@@ -145,3 +145,20 @@ def test_a_container_runs_with_apptainer_and_gpus_and_mpi_codes_with_mpirun_nper
     sif = SlurmBackend(None).render(_spec(container="/shared/images/torch.sif", launcher=Launcher.SCRIPT,
                                           resources=Resources(nodes=1)))
     assert 'apptainer exec --bind "$KAKEHASHI_JOB_DIR" /shared/images/torch.sif bash' in sif  # no --nv without GPUs
+
+
+@pytest.mark.parametrize("stderr", [
+    # Slurm 22.05's sbatch with slurmctld stopped (seen on the test cluster, tests/security/test_faults.py).
+    "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)",
+    "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation",
+])
+def test_an_unreachable_controller_is_retryable_not_a_refusal(stderr):
+    from backends.base import BackendError, SubmitRefused
+    from backends.transport import CommandResult
+
+    with pytest.raises(BackendError) as error:
+        SlurmBackend(None, {}).parse_submit(CommandResult(1, "", stderr))
+    assert not isinstance(error.value, SubmitRefused)
+    with pytest.raises(SubmitRefused):  # what the scheduler refuses stays a refusal
+        SlurmBackend(None, {}).parse_submit(CommandResult(
+            1, "", "sbatch: error: Batch job submission failed: Requested node configuration is not available"))

@@ -1,0 +1,455 @@
+"""Faults of the services the portal stands on, each test leaving them as it found them.
+
+Already tested elsewhere (extended, not repeated, here): an unreachable login node keeps a job submitting and says
+why, tracking an unreachable cluster changes no job, a worker killed after sbatch submits nothing twice, a queue
+message lost in a Redis restart is sent again (tests/jobs/test_crash_recovery.py).
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+from tests.portal.test_hardening import HOST, ROOT, _free_port, _production_env
+
+VIA_PROXY = {"Host": HOST, "X-Forwarded-Proto": "https"}
+
+
+def _closed_port() -> int:
+    """A port nothing listens on (bound, then released): a PostgreSQL that is down."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def portal_without_its_database(tmp_path_factory):
+    """gunicorn in the production profile whose DATABASE_URL points at a closed port. The machine's shared
+    PostgreSQL is never touched."""
+    var_dir = tmp_path_factory.mktemp("no-db")
+    env = _production_env(var_dir, DATABASE_URL=f"postgres://postgres@127.0.0.1:{_closed_port()}/kakehashi")
+    subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
+    port = _free_port()
+    log = open(var_dir / "gunicorn.log", "wb")  # noqa: SIM115 - a file, not a pipe: the logged errors must not fill it
+    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "portal.wsgi:application", "--bind", f"127.0.0.1:{port}",
+                             "--workers", "1"], cwd=ROOT, env=env, stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            requests.get(f"{url}/healthz", timeout=15)
+            break
+        except requests.ConnectionError:
+            assert proc.poll() is None and time.monotonic() < deadline, (var_dir / "gunicorn.log").read_text()[-3000:]
+            time.sleep(0.2)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+    log.close()
+
+
+def _unavailable(response, label: str) -> None:
+    assert response.status_code == 503, f"{label}: {response.status_code} {response.text[:300]}"
+    assert int(response.headers["Retry-After"]) > 0, label
+    assert "cannot reach its database" in response.text, label
+    assert "Traceback" not in response.text and "OperationalError" not in response.text, label
+
+
+def test_with_the_database_unreachable_pages_answer_503_with_a_message_not_a_traceback(portal_without_its_database):
+    url = portal_without_its_database
+    signed_in = {**VIA_PROXY, "Cookie": "sessionid=" + "x" * 32}  # a session the portal must look up
+    for path in ("/", "/jobs/", "/projects/vision/", "/jobs/1/", "/data/", "/settings/tokens/"):
+        response = requests.get(url + path, headers=signed_in, allow_redirects=False, timeout=30)
+        _unavailable(response, path)
+        assert response.headers["Content-Type"].startswith("text/html")
+    page = requests.get(f"{url}/accounts/login/", headers=VIA_PROXY, timeout=30)
+    assert page.status_code in (200, 503), page.status_code
+    if page.status_code == 200:  # the sign-in form needs no database; signing in does
+        csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+        response = requests.post(f"{url}/accounts/login/", data={
+            "csrfmiddlewaretoken": csrf, "login": "alice", "password": "pw-for-tests-123",
+        }, headers={**VIA_PROXY, "Referer": f"https://{HOST}/accounts/login/",
+                    "Cookie": f"csrftoken={page.cookies['csrftoken']}"}, allow_redirects=False, timeout=30)
+        _unavailable(response, "sign in")
+    # The load balancer's health check is told too (the request's middleware already needs the database).
+    _unavailable(requests.get(f"{url}/healthz", headers={"Host": HOST}, timeout=30), "/healthz")
+
+
+def test_with_the_database_unreachable_the_api_answers_503_json(portal_without_its_database):
+    url = portal_without_its_database
+    token = {**VIA_PROXY, "Authorization": "Bearer kh_" + "a" * 43}
+    for method, path in (("GET", "/api/v1/jobs/"), ("POST", "/api/v1/jobs/"), ("GET", "/api/v1/me/"),
+                         ("POST", "/api/v1/jobs/1/cancel/"), ("GET", "/api/v1/projects/vision/files/")):
+        response = requests.request(method, url + path, headers=token, json={"project": "vision"}, timeout=30)
+        _unavailable(response, f"{method} {path}")
+        assert response.json()["code"] == "database_unavailable"
+
+
+# ------------------------------------------------------------------------- a login node whose sshd stops
+
+
+@pytest.fixture
+def private_login_node(tmp_path, test_cluster):
+    """A Slurm login node of its own: a second sshd (the harness's host key and users) on a free port, so this
+    test can stop and start it without touching the login nodes other tests use. Its Slurm commands read their
+    own copy of slurm.conf, so the controller can seem to stop for this login node only (controller(False)
+    points them at a port where no slurmctld listens). Yields (port, stop, start, controller)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    # Outside pytest's own temporary directories, which only root may enter: alice's commands read this.
+    conf_dir = Path(tempfile.mkdtemp(prefix="kakehashi-slurm-conf-")) / "slurm"
+    conf_dir.parent.chmod(0o755)
+    shutil.copytree("/etc/slurm", conf_dir, ignore=shutil.ignore_patterns("slurmdbd.conf"))
+    conf_dir.chmod(0o755)
+    real_conf = (conf_dir / "slurm.conf").read_text()
+
+    def controller(up: bool) -> None:
+        text = real_conf if up else re.sub(r"(?m)^SlurmctldPort=.*$", f"SlurmctldPort={_closed_port()}",
+                                           re.sub(r"(?m)^MessageTimeout=.*\n", "", real_conf)) + "MessageTimeout=2\n"
+        (conf_dir / "slurm.conf").write_text(text)
+        (conf_dir / "slurm.conf").chmod(0o644)
+
+    config = (test_cluster / "etc" / "sshd_config").read_text()
+    port = _free_port()
+    config = re.sub(r"(?m)^Port \d+\n", "", config.split("\nMatch ")[0])
+    config = config.replace(str(test_cluster / "run" / "sshd.pid"), str(tmp_path / "sshd.pid"))
+    qmaster_port = [""]
+
+    def write_config() -> None:
+        # SGE_QMASTER_PORT: where Grid Engine's commands look for sge_qmaster; a closed port = a stopped qmaster.
+        extra = f" SGE_QMASTER_PORT={qmaster_port[0]}" if qmaster_port[0] else ""
+        (tmp_path / "sshd_config").write_text(f"Port {port}\n{config}\nSetEnv KAKEHASHI_LOGIN_NODE=private "
+                                              f"SLURM_CONF={conf_dir / 'slurm.conf'}{extra}\n")
+
+    write_config()
+
+    def start() -> None:
+        subprocess.run(["/usr/sbin/sshd", "-f", str(tmp_path / "sshd_config"), "-E", str(tmp_path / "sshd.log")],
+                       check=True)
+        deadline = time.monotonic() + 10
+        while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
+            assert time.monotonic() < deadline, (tmp_path / "sshd.log").read_text()
+            time.sleep(0.1)
+
+    def stop() -> None:
+        """The whole daemon down: the listener and the sessions it serves (the portal keeps connections open)."""
+        pid = int((tmp_path / "sshd.pid").read_text())
+        sessions = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout.split()
+        for victim in [pid, *map(int, sessions)]:
+            subprocess.run(["kill", str(victim)], check=False)
+        deadline = time.monotonic() + 10
+        while socket.socket().connect_ex(("127.0.0.1", port)) == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+
+    def qmaster(up: bool) -> None:
+        """Grid Engine's qmaster stops answering this login node (its sshd restarts with the new setting)."""
+        from backends.transport import SSHTransport
+
+        qmaster_port[0] = "" if up else str(_closed_port())
+        stop()
+        write_config()
+        start()
+        SSHTransport.close_all()
+
+    start()
+    yield port, stop, start, controller, qmaster
+    if (tmp_path / "sshd.pid").exists() and socket.socket().connect_ex(("127.0.0.1", port)) == 0:
+        stop()
+    shutil.rmtree(conf_dir.parent)
+
+
+def _private_cluster(hpc_site, cluster_keys, test_cluster, port: int, kind: str = "slurm"):
+    """The private login node registered as a Slurm (or plain Grid Engine) cluster of project vision, alice's
+    account linked. Returns (cluster, submit(name, script) -> Job, on_scheduler(job) -> the scheduler's ids of the
+    jobs it holds under the job's name)."""
+    from decimal import Decimal
+
+    from portal.catalog.models import HardwareType
+    from portal.clusters.connect import account_for, backend_for
+    from portal.clusters.models import Allocation, Cluster, ClusterAccount, Kind
+    from portal.jobs import actions
+
+    host_key = (test_cluster / "etc" / "ssh_host_ed25519_key.pub").read_text().split()[:2]
+    cluster = Cluster.objects.create(slug=f"{kind}-private", name=f"{kind} (private login node)", kind=kind,
+                                     login_host="127.0.0.1", login_port=port,
+                                     host_keys=f"[127.0.0.1]:{port} {' '.join(host_key)}\n", work_root="kakehashi-jobs")
+    hardware = HardwareType.objects.create(cluster=cluster, slug="private-a100x1", name="A100 slice", gpu_model="a100",
+                                           gpus_per_node=1, cpus_per_node=1, rate=Decimal("1"),
+                                           scheduler_mapping={"partition": "gpu", "gres": "gpu:a100:1"} if kind == Kind.SLURM
+                                           else {"pe": "smp", "gpu_resource": "gpu"})
+    Allocation.objects.create(project=hpc_site.project, cluster=cluster, group="kkdemo")
+    private, public = cluster_keys["alice"]
+    account = ClusterAccount(cluster=cluster, user=hpc_site.alice, username="alice", public_key=public)
+    account.set_private_key(private)
+    account.save()
+
+    def submit(name: str, script: str):
+        return actions.submit_job(hpc_site.alice, actions.JobRequest(
+            project=hpc_site.project, name=name, script=script, hardware=hardware, walltime="00:05:00")).job
+
+    def on_scheduler(job) -> list[str]:
+        backend = backend_for(job.cluster, account_for(job.cluster, job.user, job.project))
+        if kind == Kind.SLURM:
+            command = ["squeue", "-h", "-t", "all", "-n", job.scheduler_name, "-o", "%i"]
+            return backend.transport.run(command).stdout.split()
+        listing = backend.transport.run(["qstat", "-xml", "-u", "alice"]).stdout
+        return re.findall(rf"<JB_job_number>(\d+)</JB_job_number>\s*<JAT_prio>[^<]*</JAT_prio>\s*"
+                          rf"<JB_name>{re.escape(job.scheduler_name)}</JB_name>", listing)
+
+    return cluster, submit, on_scheduler
+
+
+def _cancel(cluster, site, *jobs) -> None:
+    from portal.clusters.connect import account_for, backend_for
+
+    backend = backend_for(cluster, account_for(cluster, site.alice, site.project))
+    for job in jobs:
+        job.refresh_from_db()
+        if job.scheduler_id:
+            backend.cancel(job.scheduler_id)
+
+
+@pytest.mark.cluster
+@pytest.mark.django_db  # not transactional: the session's live worker must not see (and dispatch) these jobs
+def test_a_login_node_whose_sshd_stops_leaves_every_job_truthful_and_recovers_without_a_duplicate(
+        client, hpc_site, cluster_keys, test_cluster, private_login_node):
+    from backends.transport import SSHTransport
+    from portal.jobs import actions, tracking
+    from portal.jobs.models import JobState
+
+    port, stop, start, _, _ = private_login_node
+    cluster, submit, on_scheduler = _private_cluster(hpc_site, cluster_keys, test_cluster, port)
+
+    running = submit("running-through", "sleep 25")
+    assert actions.dispatch_job(running.pk).status == "submitted"
+    waiting = submit("waiting-out", "echo after the outage")
+    try:
+        stop()
+        # Being submitted while the login node is down: it keeps waiting, says why, and is never failed.
+        outcome = actions.dispatch_job(waiting.pk)
+        waiting.refresh_from_db()
+        assert outcome.status == "retry"
+        assert waiting.state == JobState.SUBMITTING and waiting.scheduler_id == ""
+        assert "could not reach the scheduler yet" in waiting.state_reason
+        # Tracking while it is down changes no job and marks the cluster as not answering.
+        report = tracking.track_cluster(cluster.pk)
+        running.refresh_from_db()
+        assert report.error and running.state in (JobState.PENDING, JobState.RUNNING)
+        cluster.refresh_from_db()
+        assert cluster.last_error
+        client.force_login(hpc_site.alice)
+        page = client.get(f"/jobs/{running.pk}/").content.decode()
+        assert "is not answering" in page and "the state shown is the last one known" in page
+        hpc_site.alice.is_staff = True
+        hpc_site.alice.save()
+        assert cluster.last_error[:40] in client.get("/site/").content.decode()  # the cluster page shows it degraded
+    finally:
+        start()
+    SSHTransport.close_all()  # connections the portal held died with the daemon
+    outcome = actions.dispatch_job(waiting.pk)
+    waiting.refresh_from_db()
+    assert outcome.status in ("submitted", "found") and waiting.state == JobState.PENDING
+    assert len(on_scheduler(waiting)) == 1  # one submission, however many tries
+    assert tracking.track_cluster(cluster.pk).error == ""
+    cluster.refresh_from_db()
+    assert cluster.last_error == ""
+    assert on_scheduler(running) == [running.scheduler_id]
+    _cancel(cluster, hpc_site, running, waiting)
+
+
+@pytest.mark.cluster
+@pytest.mark.django_db  # not transactional, as above
+def test_a_slurm_controller_that_stops_answering_fails_no_job_and_the_waiting_one_is_submitted_once_it_is_back(
+        hpc_site, cluster_keys, test_cluster, private_login_node):
+    """sbatch reports an unreachable slurmctld as "Batch job submission failed": the job used to be marked failed
+    on that guess. The controller stops for this login node only (its own slurm.conf points elsewhere)."""
+    from portal.jobs import actions, tracking
+    from portal.jobs.models import JobState
+
+    port, _, _, controller, _ = private_login_node
+    cluster, submit, on_scheduler = _private_cluster(hpc_site, cluster_keys, test_cluster, port)
+    running = submit("queued-through", "sleep 25")
+    assert actions.dispatch_job(running.pk).status == "submitted"
+    waiting = submit("submitted-after", "echo after the outage")
+    try:
+        controller(up=False)
+        outcome = actions.dispatch_job(waiting.pk)
+        waiting.refresh_from_db()
+        assert outcome.status == "retry", outcome
+        assert waiting.state == JobState.SUBMITTING and "controller is not answering" in waiting.state_reason
+        report = tracking.track_cluster(cluster.pk)
+        running.refresh_from_db()
+        assert report.error and running.state in (JobState.PENDING, JobState.RUNNING)
+        cluster.refresh_from_db()
+        assert "Unable to contact slurm controller" in cluster.last_error
+    finally:
+        controller(up=True)
+    outcome = actions.dispatch_job(waiting.pk)
+    waiting.refresh_from_db()
+    assert outcome.status in ("submitted", "found") and waiting.state == JobState.PENDING
+    assert len(on_scheduler(waiting)) == 1
+    assert tracking.track_cluster(cluster.pk).error == ""
+    _cancel(cluster, hpc_site, running, waiting)
+
+
+# ------------------------------------------------------------------------------------- Redis restarted
+
+
+@pytest.fixture
+def private_redis(tmp_path):
+    """A Redis of this test's own (no persistence, as the suite's), so it can be killed and restarted without
+    touching the machine's shared Redis. Yields (url, restart)."""
+    port = _free_port()
+    state = {}
+
+    def start() -> None:
+        state["proc"] = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                          "--appendonly", "no", "--dir", str(tmp_path)], stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+
+    def restart() -> None:
+        state["proc"].kill()  # as a crash: nothing written anywhere, every queued message gone
+        state["proc"].wait(timeout=10)
+        start()
+
+    start()
+    yield f"redis://127.0.0.1:{port}/0", restart
+    state["proc"].kill()
+    state["proc"].wait(timeout=10)
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_a_redis_restart_with_dispatches_queued_loses_no_job_and_the_worker_carries_on(local_site, private_redis,
+                                                                                      monkeypatch):
+    import uuid
+    from pathlib import Path
+
+    from django.conf import settings
+
+    from portal.jobs import actions
+    from portal.jobs.actions import submit as submit_actions
+    from portal.jobs.models import Job, JobState
+    from portal.jobs.tasks import dispatch_job_task
+    from tests.conftest import start_worker, stop_worker, wait_for
+    from workers.celery import app
+
+    url, restart = private_redis
+    queue = f"redis-restart-{uuid.uuid4().hex[:6]}"
+    # Jobs are recorded here and their dispatch messages sent to the private Redis by hand (the test process's
+    # own broker is the shared one).
+    monkeypatch.setattr(submit_actions, "enqueue_on_commit", lambda *task: None)
+
+    def submit(name: str) -> Job:
+        job = actions.submit_job(local_site.alice, actions.JobRequest(
+            project=local_site.project, name=name, script=f"echo {name}", hardware=local_site.hardware,
+            walltime="00:05:00")).job
+        with app.connection_for_write(url) as connection:
+            dispatch_job_task.apply_async(args=[job.pk], queue=queue, connection=connection)
+        return job
+
+    queued = [submit("before-the-crash-1"), submit("before-the-crash-2")]
+    restart()  # with their messages still waiting in Redis, and no worker yet
+    worker = start_worker("redis-crash", queue, Path(settings.VAR_DIR) / f"{queue}.log", CELERY_BROKER_URL=url,
+                          REDIS_URL=url, KAKEHASHI_STALE_DISPATCH_SECONDS="2", KAKEHASHI_RECOVER_INTERVAL="1")
+    try:
+        for job in queued:
+            done = wait_for(lambda job=job: Job.objects.filter(pk=job.pk, state=JobState.COMPLETED).first(),
+                            timeout=90, message=f"{job.name} to run after the restart")
+            assert done.exit_code == 0
+            assert done.events.filter(to_state=JobState.PENDING).count() == 1  # handed over once
+        restart()  # now under a running worker, which must reconnect on its own
+        after = submit("after-the-crash")
+        done = wait_for(lambda: Job.objects.filter(pk=after.pk, state=JobState.COMPLETED).first(), timeout=90,
+                        message="a job sent after the second restart")
+        assert done.exit_code == 0
+        assert not Job.objects.exclude(state=JobState.COMPLETED).exists()  # nothing lost, nothing stuck
+    finally:
+        stop_worker(worker)
+
+
+@pytest.mark.cluster
+@pytest.mark.django_db  # not transactional, as above
+def test_a_grid_engine_qmaster_that_stops_answering_fails_no_job_and_the_waiting_one_is_submitted_once_it_is_back(
+        hpc_site, cluster_keys, test_cluster, private_login_node):
+    from portal.jobs import actions, tracking
+    from portal.jobs.models import JobState
+
+    port, _, _, _, qmaster = private_login_node
+    cluster, submit, on_scheduler = _private_cluster(hpc_site, cluster_keys, test_cluster, port, kind="sge")
+    running = submit("queued-through", "sleep 25")
+    assert actions.dispatch_job(running.pk).status == "submitted"
+    waiting = submit("submitted-after", "sleep 20")
+    try:
+        qmaster(up=False)
+        outcome = actions.dispatch_job(waiting.pk)
+        waiting.refresh_from_db()
+        assert outcome.status == "retry", outcome
+        assert waiting.state == JobState.SUBMITTING and waiting.scheduler_id == ""
+        report = tracking.track_cluster(cluster.pk)
+        running.refresh_from_db()
+        assert report.error and running.state in (JobState.PENDING, JobState.RUNNING)
+        cluster.refresh_from_db()
+        assert "qmaster" in cluster.last_error
+    finally:
+        qmaster(up=True)
+    outcome = actions.dispatch_job(waiting.pk)
+    waiting.refresh_from_db()
+    assert outcome.status in ("submitted", "found") and waiting.state == JobState.PENDING
+    assert on_scheduler(waiting) == [waiting.scheduler_id]  # one submission, however many tries
+    assert tracking.track_cluster(cluster.pk).error == ""
+    _cancel(cluster, hpc_site, running, waiting)
+
+
+@pytest.mark.cluster
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_backs_off_while_the_login_node_is_down_and_submits_once_when_it_is_back(
+        hpc_site, cluster_keys, test_cluster, private_login_node, monkeypatch):
+    import uuid
+    from pathlib import Path
+
+    from django.conf import settings
+
+    from portal.jobs.actions import submit as submit_actions
+    from portal.jobs.models import Job, JobState
+    from portal.jobs.tasks import dispatch_job_task
+    from tests.conftest import start_worker, stop_worker, wait_for
+
+    port, stop, start, _, _ = private_login_node
+    cluster, submit, on_scheduler = _private_cluster(hpc_site, cluster_keys, test_cluster, port)
+    monkeypatch.setattr(submit_actions, "enqueue_on_commit", lambda *task: None)  # sent to this test's queue below
+    job = submit("patient", "sleep 20")
+    queue = f"backoff-{uuid.uuid4().hex[:6]}"
+    log = Path(settings.VAR_DIR) / f"{queue}.log"
+    stop()
+    worker = start_worker("backoff", queue, log, KAKEHASHI_SSH_TIMEOUT="5")
+    try:
+        dispatch_job_task.apply_async(args=[job.pk], queue=queue)
+        retries = wait_for(lambda: re.findall(rf"job {job.pk}: dispatch will retry in (\d+) s", log.read_text()),
+                           timeout=60, message="the first retry")
+        retries = wait_for(lambda: (found := re.findall(rf"job {job.pk}: dispatch will retry in (\d+) s",
+                                                        log.read_text()))[1:] and found, timeout=60,
+                           message="the second retry")
+        assert [int(r) for r in retries[:2]] == [5, 10]  # backing off, not hammering the login node
+        current = Job.objects.get(pk=job.pk)
+        assert current.state == JobState.SUBMITTING and "could not reach the scheduler yet" in current.state_reason
+        start()
+        done = wait_for(lambda: Job.objects.filter(pk=job.pk, state__in=[JobState.PENDING, JobState.RUNNING]).first(),
+                        timeout=90, message="the job to be submitted once the login node is back")
+        assert on_scheduler(done) == [done.scheduler_id]
+    finally:
+        stop_worker(worker)
+        _cancel(cluster, hpc_site, job)
