@@ -22,7 +22,7 @@ from portal.jobs import actions
 from portal.jobs.models import Job, JobArtifact, JobGroup
 from portal.projects.models import Membership, Role
 from portal.storage import uploads
-from portal.storage.models import StoredFile, UploadSession
+from portal.storage.models import Dataset, DatasetKind, StoredFile, UploadSession
 
 pytestmark = pytest.mark.django_db
 
@@ -35,6 +35,10 @@ OWN = {
     "dashboard", "project-list", "job-list", "job-new", "job-preview", "job-presets", "site-usage", "data",
     "cluster-accounts", "cluster-account-link", "cluster-account-verify", "cluster-account-status", "api-tokens",
     "api-me", "api-projects", "api-clusters", "api-hardware", "api-software", "api-presets", "api-jobs", "api-sweeps",
+    # Act only on what the caller may see: the ticked jobs they may cancel, their own notifications and settings,
+    # the clusters of their projects, the places a project of theirs may run (?project= of another is 404).
+    "job-bulk-cancel", "job-notebook", "cluster-health", "notifications", "notifications-read",
+    "notification-preferences", "api-places",
 }
 STAFF = {"site-admin", "site-audit"}
 # PROJECT routes: the URL arguments naming vision's object, and whether the route changes anything (POST).
@@ -48,8 +52,11 @@ PROJECT = {
     "api-upload-parts": ("slug", "upload_id"), "api-upload-complete": ("slug", "upload_id"),
     "api-job-detail": ("job",), "api-job-cancel": ("job",), "api-job-logs": ("job",),
     "api-job-output": ("job", "artifact_id"), "api-sweep-detail": ("group",), "api-sweep-cancel": ("group",),
+    "project-clusters": ("slug",), "job-group-rerun": ("group",), "job-executed-notebook": ("job",),
+    "api-datasets": ("slug",), "api-dataset": ("slug", "dataset"),
 }
-MARKERS = ("Vision lab", "secret-job", "secret-sweep", "vision-secret.txt", "vision-upload.bin", "alices-token")
+MARKERS = ("Vision lab", "secret-job", "secret-sweep", "vision-secret.txt", "vision-upload.bin", "alices-token",
+           "secret-data")
 
 
 def routes() -> list[tuple[str, str]]:
@@ -115,6 +122,8 @@ def world(local_site, make_user):
     site.file = StoredFile.objects.create(project=site.project, path="vision-secret.txt", storage_name=key, size=6,
                                           sha256="0" * 64, uploaded_by=site.alice)
     site.upload, _ = uploads.create_upload(site.alice, site.project, path="vision-upload.bin", size=10)
+    site.dataset = Dataset.objects.create(project=site.project, name="secret-data", kind=DatasetKind.FILE,
+                                          stored_file=site.file, size=6, sha256="0" * 64, created_by=site.alice)
     site.token, _ = issue_token(site.alice, name="alices-token", scopes=["read", "submit"])
     return site
 
@@ -122,7 +131,7 @@ def world(local_site, make_user):
 def url_of(route: str, world, args: tuple[str, ...]) -> str:
     values = {"slug": "vision", "job": world.job.pk, "stream": "stdout", "group": world.group.pk,
               "artifact_id": world.artifact.pk, "file": world.file.pk, "token": world.token.pk,
-              "upload_id": world.upload.pk}
+              "upload_id": world.upload.pk, "dataset": world.dataset.name}
     names = iter(args)
 
     def fill(match: re.Match) -> str:
@@ -140,6 +149,7 @@ def fingerprint() -> tuple:
         sorted(StoredFile.objects.values_list("pk", "path", "size")),
         sorted((str(pk), state) for pk, state in UploadSession.objects.values_list("pk", "state")),
         sorted(ApiToken.objects.values_list("pk", "revoked_at")), JobGroup.objects.count(),
+        sorted(Dataset.objects.values_list("pk", "name", "state")),
     )
 
 
@@ -281,7 +291,7 @@ def test_expired_and_revoked_tokens_open_nothing(client, world):
 
 READS = ["project-detail", "project-usage", "project-budget-bar", "job-detail", "job-status", "job-log", "job-group",
          "job-artifact", "data-download", "api-project-detail", "api-budget", "api-files", "api-file-download",
-         "api-job-detail", "api-job-logs", "api-job-output", "api-sweep-detail"]
+         "api-job-detail", "api-job-logs", "api-job-output", "api-sweep-detail", "api-datasets", "api-dataset"]
 
 
 @pytest.mark.parametrize("who", ["viewer", "member", "admin", "alice", "staff"])
