@@ -403,10 +403,13 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
-    # Two choice sets share the field name "state": each gets its own name (and `check --deploy` stays clean).
+    # Choice sets sharing a field name ("state", "kind") each get their own name (and `check --deploy` stays clean).
     "ENUM_NAME_OVERRIDES": {
         "JobStateEnum": lambda: _job_states_in_the_api(),
         "UploadStateEnum": ["open", "completed", "aborted"],
+        # Jobs and datasets both have a "kind".
+        "JobKindEnum": "portal.jobs.models.Job.Kind",
+        "DatasetKindEnum": "portal.storage.models.DatasetKind",
     },
 }
 

@@ -42,6 +42,12 @@ def moved_each(history: Sequence[tuple[Job, str, str, str]], *, actor=None) -> N
     if not history:
         return
     now = timezone.now()
+    if connection.vendor != "postgresql":  # `make run`'s SQLite has no unnest: the portable way, same rows
+        JobEvent.objects.bulk_create([
+            JobEvent(job_id=job.pk, from_state=str(from_state), to_state=str(to), at=now, reason=reason[:MAX_REASON],
+                     actor_id=getattr(actor, "pk", None))
+            for job, from_state, to, reason in history])
+        return
     values = {"job": [job.pk for job, *_ in history],
               # A state is a TextChoices member: its value, as str() gives it.
               "from_state": [str(from_state) for _, from_state, _, _ in history],

@@ -90,6 +90,9 @@ def _write_each(jobs: Sequence[Job], names: Sequence[str]) -> None:
     Why not bulk_update: its CASE WHEN id = … per row and field costs O(jobs²) in PostgreSQL and much Python per
     job (1,000 jobs: 9 s); this is one statement with one parameter per column, whatever the number of jobs.
     """
+    if connection.vendor != "postgresql":  # `make run`'s SQLite has no unnest: the portable way, same values
+        Job.objects.bulk_update(jobs, list(names))
+        return
     fields = [Job._meta.pk] + [Job._meta.get_field(name) for name in names]
     quote, table = connection.ops.quote_name, connection.ops.quote_name(Job._meta.db_table)
     types = [Job._meta.pk.rel_db_type(connection)] + [field.db_type(connection) for field in fields[1:]]

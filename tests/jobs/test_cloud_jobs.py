@@ -134,7 +134,7 @@ def test_the_reconciler_stops_a_job_the_portal_does_not_know_and_says_so_on_the_
     assert entry.data["scheduler_id"] == stray and entry.data["tags"]["kakehashi:user"] == "mallory"
     page = admin_client.get(reverse("site-admin")).content.decode()
     assert stray in page and "not a job the portal knows" in page and "mallory" in page
-    assert "32.77 USD/h" in page and "4915.89 JPY/h" in page  # one p4d node's burn
+    assert "32.77 USD/h" in page and "4,915.89 JPY/h" in page  # one p4d node's burn (the money rule groups thousands)
 
 
 def test_the_reconciler_stops_a_portal_job_running_past_its_walltime_and_it_ends_timed_out(aws_site, moto_aws):

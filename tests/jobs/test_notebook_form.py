@@ -96,7 +96,9 @@ def test_a_sweep_in_the_form_varies_the_notebooks_parameters(client, local_site)
     assert {j.parameters["epochs"] for j in Job.objects.all()} == {3}
     group = Job.objects.first().group
     table = client.get(reverse("job-group", args=[group.pk])).content.decode()
-    assert '<th scope="col" class="font-monospace">epochs</th><th scope="col" class="font-monospace">lr</th>' in table
+    for job in Job.objects.filter(group=group):  # each point's row names its parameters as typed
+        row = table.split(f'<tr data-job="{job.pk}">')[1].split("</tr>")[0]
+        assert '<code class="me-2">epochs=3</code>' in row and f'<code class="me-2">lr={job.parameters["lr"]}</code>' in row
     assert "<th scope=\"col\">Executed notebook</th>" in table
 
 

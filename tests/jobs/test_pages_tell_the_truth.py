@@ -46,7 +46,8 @@ def test_sweep_parameters_read_as_the_researcher_typed_them_not_as_python(client
     page = client.get(reverse("job-detail", args=[job.pk])).content.decode()
     sweep = client.get(reverse("job-group", args=[job.group.pk])).content.decode()
     assert "<code>LR=0.1 OPT=&#x27;adam w&#x27;</code>" in page and "{&#x27;LR&#x27;" not in page
-    assert "<code>LR=0.1,0.01 OPT=&#x27;adam w&#x27;</code>" in sweep
+    assert '<code class="me-2">LR = 0.1, 0.01</code>' in sweep and '<code class="me-2">OPT = adam w</code>' in sweep
+    assert "{&#x27;LR&#x27;" not in sweep
 
 
 def test_a_site_admin_sees_scheduler_mappings_as_key_value(client, local_site, admin_user):

@@ -106,7 +106,7 @@ def test_usage_page_and_csv_show_settled_costs(client, local_site, alices_job):
     assert "10.00 points" in page and 'id="usage-data"' in page
     csv = client.get(reverse("project-usage", args=["vision"]) + "?format=csv").content.decode().splitlines()
     assert csv[0] == "month,project,cluster,hardware,user,jobs,node_hours,cost,unit"
-    assert csv[1].endswith(",vision,local,local-cpu,alice,1,1.00,10.00,points")
+    assert csv[1].endswith(",vision,local,local-cpu,alice,1,1.00,10.0000,points")  # exact, as the ledger
 
 
 def test_the_site_admin_page_is_for_staff_and_lists_clusters_and_hardware(client, local_site, make_user):
