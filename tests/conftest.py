@@ -208,12 +208,37 @@ def stop_worker(proc: subprocess.Popen) -> None:
             proc.wait(timeout=10)
 
 
+_LIVE_WORKER: dict[str, subprocess.Popen] = {}
+
+
 @pytest.fixture(scope="session")
-def live_worker(django_db_setup, django_db_blocker, worker_log_path):
-    """A real Celery worker with beat on this run's Redis queue, using the test database."""
-    proc = start_worker("test", settings.CELERY_TASK_DEFAULT_QUEUE, worker_log_path)
-    yield proc
-    stop_worker(proc)
+def _live_worker_ends_with_the_session():
+    yield
+    proc = _LIVE_WORKER.pop("proc", None)
+    if proc is not None:
+        stop_worker(proc)
+
+
+@pytest.fixture
+def live_worker(django_db_setup, django_db_blocker, worker_log_path, _live_worker_ends_with_the_session):
+    """A real Celery worker with beat on this run's Redis queue, using the test database.
+
+    Started on first use and kept for the tests after (it is slow to start), until a test that must not share the
+    database with it asks for `no_live_worker`; the next test that wants one starts it again."""
+    proc = _LIVE_WORKER.get("proc")
+    if proc is None or proc.poll() is not None:
+        proc = _LIVE_WORKER["proc"] = start_worker("test", settings.CELERY_TASK_DEFAULT_QUEUE, worker_log_path)
+    return proc
+
+
+@pytest.fixture
+def no_live_worker():
+    """Stop the live worker an earlier test left running: its beat tracks every cluster in the test database each
+    second and it consumes the default queue, so it would dispatch, track and notify this test's jobs first (in
+    its own process, where this test's locmem outbox and eager settings do not reach)."""
+    proc = _LIVE_WORKER.pop("proc", None)
+    if proc is not None:
+        stop_worker(proc)
 
 
 def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2, message: str = "condition"):

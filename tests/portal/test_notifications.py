@@ -16,7 +16,7 @@ from portal.jobs.tracking import track_cluster
 from portal.notifications.models import Notification
 from tests.conftest import wait_for
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("no_live_worker")]
 
 
 @pytest.fixture
