@@ -144,7 +144,10 @@ def hub(live_server, tmp_path_factory) -> Iterator[Hub]:
         "PYTHONUNBUFFERED": "1",
     }
     with open(hub.log, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(HUB_DIR / "jupyterhub_config.py")],
+        # No periodic health check of the portal service: this hub lives for the whole session, and its check (a GET
+        # of /services/kakehashi/ on the live server every minute) would land in later tests that have no database.
+        proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(HUB_DIR / "jupyterhub_config.py"),
+                                 "--JupyterHub.service_check_interval=0"],
                                 cwd=state, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 60

@@ -49,7 +49,9 @@ def test_a_notebook_submitted_from_lab_with_a_preset_runs_on_the_test_clusters_s
     hub.start_server("alice", hub.token("alice"))
     page = new_page()
     hub_login(page, hub.url, "alice")
-    page.goto(f"{hub.url}/user/alice/lab/tree/cluster.ipynb", timeout=LAB_TIMEOUT)
+    # ?reset: a fresh workspace, so the notebook in front is cluster.ipynb and not a tab an earlier test left open
+    # in alice's (session-long) Lab, such as an executed notebook it opened.
+    page.goto(f"{hub.url}/user/alice/lab/tree/cluster.ipynb?reset", timeout=LAB_TIMEOUT)
     page.get_by_role("button", name="Submit notebook as job").click()
     dialog = page.get_by_role("dialog")
     expect(dialog.get_by_label("Project")).to_have_value("vision")
@@ -62,6 +64,7 @@ def test_a_notebook_submitted_from_lab_with_a_preset_runs_on_the_test_clusters_s
     expect(dialog.get_by_role("status").first).to_contain_text("Estimate:", timeout=30_000)
     dialog.get_by_role("button", name="Submit").click()
     expect(dialog.get_by_role("link", name=re.compile(r"^Open job \d+ in Kakehashi$"))).to_be_visible()
+    expect(dialog.get_by_text("Submitted cluster.ipynb as job")).to_be_visible()
 
     job = Job.objects.get()
     assert (job.user, job.cluster.slug, job.hardware.slug) == (hub_on_cluster.alice, "slurm-test", "slurm-a100x1")

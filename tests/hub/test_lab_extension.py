@@ -50,7 +50,8 @@ def test_lab_lists_the_users_projects_and_what_one_of_them_may_use(lab):
     choices = lab.call("GET", "choices", params={"project": "vision"}).json()
     assert [h["slug"] for h in choices["hardware"]] == ["local-cpu"]
     cpu = next(p for p in choices["presets"] if p["slug"] == "cpu")
-    assert cpu["hardware"] == "local-cpu" and cpu["price_per_node_hour"] == {"amount": "10.0000", "unit": "points"}
+    assert cpu["hardware"] == "local-cpu" and cpu["price_per_node_hour"] == {"amount": "10.0000", "unit": "points",
+                                                                     "text": "10.00 points"}
     assert next(p for p in choices["presets"] if p["slug"] == "8x-a100")["hardware"] is None
 
 
@@ -70,8 +71,9 @@ def test_a_dry_run_from_lab_shows_the_estimate_and_the_budget_left_and_records_n
     assert answer.status_code == 200, answer.text
     body = answer.json()
     assert body["dry_run"] is True and body["id"] is None
-    assert body["estimate"] == {"amount": "5.0000", "unit": "points"}  # half a node-hour at 10 points
-    assert body["budget"] == {"available": "100.0000", "after": "95.0000", "unit": "points", "fits": True}
+    assert body["estimate"] == {"amount": "5.0000", "unit": "points", "text": "5.00 points"}  # half a node-hour at 10 points
+    assert body["budget"] == {"available": "100.0000", "after": "95.0000", "unit": "points", "fits": True,
+                              "text": {"available": "100.00", "after": "95.00"}}
     assert body["parameters"] == {"lr": 0.5}
     assert Job.objects.count() == 0
 

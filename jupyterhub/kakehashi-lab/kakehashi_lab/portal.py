@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode, urljoin, urlsplit
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from traitlets import Float, Unicode, default
@@ -80,10 +80,31 @@ class KakehashiPortal(Configurable):
         try:
             response = await AsyncHTTPClient().fetch(request)
         except HTTPClientError as exc:
+            if raw and method == "GET" and exc.code in (301, 302, 303, 307, 308) and exc.response is not None \
+                    and exc.response.headers.get("Location"):
+                # A job's output kept in an object store: the portal answers with a presigned URL. Fetch it there,
+                # without the hub token (the presigned URL is its own authorization, and the token is not the store's).
+                return await self._download(urljoin(url, exc.response.headers["Location"]))
             raise _refusal(exc) from None
         except OSError as exc:
             raise PortalError(502, f"the Kakehashi portal at {self.url} could not be reached: {exc}", "portal_unreachable") from None
         return response.body if raw else json.loads(response.body or b"null")
+
+    async def _download(self, url: str) -> bytes:
+        """The bytes at a presigned URL the portal redirected to (no Authorization header: it is not the portal)."""
+        request = HTTPRequest(url, method="GET", request_timeout=self.timeout, follow_redirects=True, max_redirects=5)
+        try:
+            response = await AsyncHTTPClient().fetch(request)
+        except HTTPClientError as exc:
+            if exc.code == 599 or exc.response is None:
+                raise PortalError(502, f"the object store holding the job's outputs could not be reached: {exc.message}",
+                                  "storage_unreachable") from None
+            raise PortalError(502, f"the object store holding the job's outputs answered {exc.code} {exc.message}",
+                              "storage_error") from None
+        except OSError as exc:
+            raise PortalError(502, f"the object store holding the job's outputs could not be reached: {exc}",
+                              "storage_unreachable") from None
+        return response.body
 
 
 def _refusal(exc: HTTPClientError) -> PortalError:
