@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench.testdb import in_test_database, is_statement
+
 ROOT = Path(__file__).resolve().parent.parent
 CODE = Path(os.environ.get("BENCH_CODE_ROOT", ROOT))
 sys.path.insert(0, str(CODE))
@@ -26,26 +28,14 @@ os.environ.setdefault("CELERY_TASK_ALWAYS_EAGER", "0")
 
 POINTS = int(os.environ.get("BENCH_SWEEP_POINTS", "1000"))
 REPEATS = int(os.environ.get("BENCH_REPEATS", "5"))
-_BRACKETS = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE SAVEPOINT")
 
 
 def main() -> int:
-    import django
-
-    django.setup()
-    from django.db import connection
-    from django.test.utils import setup_test_environment
-
-    setup_test_environment()
-    db_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
-    try:
-        return _run()
-    finally:
-        connection.creation.destroy_test_db(db_name, verbosity=0)
+    return in_test_database(_run)
 
 
 def _count(ctx) -> int:
-    return sum(1 for q in ctx.captured_queries if not q["sql"].upper().startswith(_BRACKETS))
+    return sum(1 for q in ctx.captured_queries if is_statement(q["sql"]))
 
 
 def _run() -> int:

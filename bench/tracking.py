@@ -21,6 +21,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+from bench.testdb import in_test_database, is_statement
+
 ROOT = Path(__file__).resolve().parent.parent
 CODE = Path(os.environ.get("BENCH_CODE_ROOT", ROOT))
 sys.path.insert(0, str(CODE))
@@ -28,22 +30,10 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
 os.environ.setdefault("CELERY_TASK_ALWAYS_EAGER", "0")
 
 SIZES = [int(n) for n in os.environ.get("BENCH_TRACK_SIZES", "100,1000,10000").split(",")]
-_BRACKETS = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE SAVEPOINT")
 
 
 def main() -> int:
-    import django
-
-    django.setup()
-    from django.db import connection
-    from django.test.utils import setup_test_environment
-
-    setup_test_environment()
-    db_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
-    try:
-        return _run()
-    finally:
-        connection.creation.destroy_test_db(db_name, verbosity=0)
+    return in_test_database(_run)
 
 
 def _run() -> int:
@@ -172,7 +162,7 @@ class _Statements:
         self.count = 0
 
     def __call__(self, execute, sql, params, many, context):
-        if not sql.lstrip().upper().startswith(_BRACKETS):
+        if is_statement(sql):
             self.count += 1
         return execute(sql, params, many, context)
 
