@@ -119,7 +119,7 @@ def submit_job(user, req: JobRequest, *, dry_run: bool = False, idempotency_key:
     job.idempotency_key = idempotency_key or None
     try:
         with transaction.atomic():
-            record_jobs([job], user, reason="submitted", dispatch=[job])
+            balance = record_jobs([job], user, reason="submitted", dispatch=[job])
             record("job.submit", actor=user, project=job.project, target=job, estimate=str(job.estimate_amount))
     except IntegrityError:
         # Two requests with the same idempotency key or form id raced: the first one won.
@@ -129,31 +129,32 @@ def submit_job(user, req: JobRequest, *, dry_run: bool = False, idempotency_key:
             raise
         return Submission.recorded(existing)
     return Submission(job, job.rendered_script, prepared.estimate, created=True,
-                      warnings=_budget_warnings(job.project, prepared.budget))
+                      warnings=_budget_warnings(job.project, balance))
 
 
-def record_jobs(jobs: list[Job], user, *, reason: str, dispatch: list[Job]) -> None:
+def record_jobs(jobs: list[Job], user, *, reason: str, dispatch: list[Job]) -> budgets.BudgetSummary | None:
     """Save prepared jobs of one project with their first events and one reservation for all of them (all fit a
-    strict budget or none is recorded), and dispatch `dispatch` once committed. In a transaction."""
+    strict budget or none is recorded), and dispatch `dispatch` once committed. In a transaction. The project's
+    budget after the reservation (None: it has none, or nothing was priced)."""
     transitions.record_new(jobs, reason=reason, actor=user)
     for job in jobs:
         if getattr(job, "attached_datasets", None):
             job.datasets.set(job.attached_datasets)
     project = jobs[0].project
     try:
-        budgets.reserve_many(project, [(j, j.estimate_amount) for j in jobs if j.estimate_amount is not None],
-                             actor=user)
+        balance = budgets.reserve_many(project, [(j, j.estimate_amount) for j in jobs if j.estimate_amount is not None],
+                                       actor=user)
     except budgets.BudgetExceeded as exc:
         raise BudgetRefused(str(exc), field="walltime") from None
     for job in dispatch:
         enqueue_on_commit(DISPATCH_JOB, job.pk)
+    return balance
 
 
-def _budget_warnings(project: Project, budget: Budget | None) -> list[str]:
-    """A soft budget's overspend. `budget` as prepare_job read it: a strict one (or none) needs no query at all."""
-    if budget is None or budget.strict:  # a strict budget refuses instead of warning
+def _budget_warnings(project: Project, balance: budgets.BudgetSummary | None) -> list[str]:
+    """A soft budget's overspend, from the balance the reservation returned (no query of its own)."""
+    if balance is None or balance.strict:  # a strict budget refuses instead of warning
         return []
-    summary = budgets.summary(budget)
-    if summary.available < 0:
-        return [f"project {project.slug} is over its (soft) budget by {amount_text(-summary.available)} {summary.unit}"]
+    if balance.available < 0:
+        return [f"project {project.slug} is over its (soft) budget by {amount_text(-balance.available)} {balance.unit}"]
     return []
