@@ -226,6 +226,7 @@ def _make_array(group: JobGroup, jobs: list[Job], edited_script: str | None) -> 
         job.remote_dir = element_dir(group.remote_dir, index)
     spec = build_array_spec(jobs, group.scheduler_name, group.remote_dir)
     script, command = rendered(renderer_for(cluster), spec, edited_script)
+    group.rendered_script = script  # kept once, by the group: its elements' rendered_script reads it
     for job in jobs:
-        job.rendered_script, job.submit_command = script, command
+        job.group, job.own_script, job.submit_command = group, "", command
     return script
