@@ -238,9 +238,10 @@ def transition_if(job: Job, from_state: str, to: str, *, reason: str, actor=None
     values = {"state": str(to), "state_reason": reason, "updated_at": now, **fields}
     assignments = ", ".join(f"{quote(Job._meta.get_field(name).column)} = %s" for name in values)
     events_sql, events_params = events.moved_from_sql("moved", from_state, to, reason=reason, actor=actor)
-    table = quote(Job._meta.db_table)
-    sql = (f"WITH moved AS (UPDATE {table} SET {assignments} WHERE id = %s AND state = %s "  # noqa: S608
-           f"RETURNING id, cancel_requested_at), events AS ({events_sql}) SELECT cancel_requested_at FROM moved")
+    table, pk, state = quote(Job._meta.db_table), quote(Job._meta.pk.column), quote(Job._meta.get_field("state").column)
+    cancelled_at = quote(Job._meta.get_field("cancel_requested_at").column)
+    sql = (f"WITH moved AS (UPDATE {table} SET {assignments} WHERE {pk} = %s AND {state} = %s "  # noqa: S608
+           f"RETURNING {pk} AS id, {cancelled_at}), events AS ({events_sql}) SELECT {cancelled_at} FROM moved")
     with connection.cursor() as cursor:
         # Identifiers come from the model's own meta; every value is a bound parameter.
         cursor.execute(sql, [_plain(value) for value in values.values()] + [job.pk, str(from_state)] + events_params)
