@@ -120,15 +120,35 @@ def summary(budget: Budget, at: datetime | None = None) -> BudgetSummary:
 
 
 def _sums(budget: Budget, start: date) -> BudgetSummary:
-    sums = LedgerEntry.objects.filter(budget=budget, period_start=start).aggregate(
-        reserve=Sum("amount", filter=Q(kind=LedgerEntry.Kind.RESERVE)),
-        release=Sum("amount", filter=Q(kind=LedgerEntry.Kind.RELEASE)),
-        settle=Sum("amount", filter=Q(kind=LedgerEntry.Kind.SETTLE)),
-        adjust=Sum("amount", filter=Q(kind=LedgerEntry.Kind.ADJUST)),
-    )
+    sums = LedgerEntry.objects.filter(budget=budget, period_start=start).aggregate(**_SUMS)
+    return _summary_of(budget, start, sums)
+
+
+def summaries(budgets: list[Budget]) -> dict[int, BudgetSummary]:
+    """`summary` of several budgets (a page of project cards) in one aggregate, keyed by budget id."""
+    if not budgets:
+        return {}
+    starts = {budget.pk: period_start(budget) for budget in budgets}
+    current = Q()
+    for pk, start in starts.items():
+        current |= Q(budget_id=pk, period_start=start)
+    rows = {row["budget_id"]: row for row in LedgerEntry.objects.filter(current).order_by()
+            .values("budget_id").annotate(**_SUMS)}
+    return {budget.pk: _summary_of(budget, starts[budget.pk], rows.get(budget.pk, {})) for budget in budgets}
+
+
+_SUMS = {
+    "reserve": Sum("amount", filter=Q(kind=LedgerEntry.Kind.RESERVE)),
+    "release": Sum("amount", filter=Q(kind=LedgerEntry.Kind.RELEASE)),
+    "settle": Sum("amount", filter=Q(kind=LedgerEntry.Kind.SETTLE)),
+    "adjust": Sum("amount", filter=Q(kind=LedgerEntry.Kind.ADJUST)),
+}
+
+
+def _summary_of(budget: Budget, start: date, sums: dict) -> BudgetSummary:
     zero = Decimal("0")
-    reserved = (sums["reserve"] or zero) - (sums["release"] or zero)
-    spent = (sums["settle"] or zero) + (sums["adjust"] or zero)
+    reserved = (sums.get("reserve") or zero) - (sums.get("release") or zero)
+    spent = (sums.get("settle") or zero) + (sums.get("adjust") or zero)
     return BudgetSummary(
         amount=budget.amount,
         unit=budget.unit,

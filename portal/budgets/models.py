@@ -60,7 +60,8 @@ class LedgerEntry(models.Model):
     class Meta:
         ordering = ["id"]
         verbose_name_plural = "ledger entries"
-        indexes = [models.Index(fields=["budget", "period_start"])]
+        # Covering: a budget's sums (every submit under its lock, every project page) read the index alone.
+        indexes = [models.Index(fields=["budget", "period_start"], include=["kind", "amount"], name="ledger_period_sums")]
         constraints = [
             # A job is reserved, settled and released at most once each.
             models.UniqueConstraint(

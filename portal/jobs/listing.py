@@ -17,6 +17,7 @@ from portal.clusters.models import Allocation, Cluster
 from portal.jobs.models import FINAL_STATES, Job, JobState
 from portal.jobs.queries import visible_jobs
 from portal.projects import access
+from portal.projects.models import Project
 
 PAGE_SIZES = (25, 50, 100)
 DEFAULT_PAGE_SIZE = 50
@@ -40,7 +41,8 @@ class JobFilter:
 
     def apply(self, jobs: QuerySet[Job]) -> QuerySet[Job]:
         if self.project:
-            jobs = jobs.filter(project__slug=self.project)
+            # The project's id as a constant, for the same reason as visible_jobs (its size is in the statistics).
+            jobs = jobs.filter(project_id__in=list(Project.objects.filter(slug=self.project).values_list("pk", flat=True)))
         if self.cluster:
             jobs = jobs.filter(cluster__slug=self.cluster)
         if self.state:

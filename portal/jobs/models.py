@@ -136,6 +136,8 @@ class Job(models.Model):
 
     class Meta:
         ordering = ["-id"]
+        # A project's jobs newest first (its page, the job list filtered to it): read in index order, never sorted.
+        indexes = [models.Index(fields=["project", "-id"], name="job_project_newest")]
         constraints = [
             models.UniqueConstraint(
                 fields=["user", "idempotency_key"],

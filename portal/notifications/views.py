@@ -23,8 +23,16 @@ class PreferenceForm(forms.ModelForm):
 
 @login_required
 def notification_list(request):
-    rows = Notification.objects.filter(user=request.user).select_related("job")[:SHOWN]
-    return render(request, "notifications/list.html", {"rows": rows})
+    """Newest first, SHOWN a page; `?before=<id>` is the next page (keyset, as the job list: no count, no offset).
+    The rows link to their job by id alone, so the jobs themselves are not read."""
+    before = request.GET.get("before", "")
+    rows = Notification.objects.filter(user=request.user).order_by("-pk")
+    if before.isdigit():
+        rows = rows.filter(pk__lt=int(before))
+    rows = list(rows[: SHOWN + 1])
+    older = rows[SHOWN - 1].pk if len(rows) > SHOWN else None
+    return render(request, "notifications/list.html", {"rows": rows[:SHOWN], "older": older,
+                                                       "newest": before.isdigit()})
 
 
 @login_required

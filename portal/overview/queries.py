@@ -7,44 +7,60 @@ from dataclasses import dataclass
 from django.db.models import Count
 
 from portal.audit.models import AuditEntry
-from portal.budgets import actions as budgets
+from portal.budgets import actions as budgets_actions
+from portal.budgets.models import Budget
 from portal.budgets.queries import budget_summary
 from portal.clusters.connect import reach_of
 from portal.clusters.models import Allocation, Cluster, ClusterAccount
 from portal.jobs.models import ACTIVE_STATES, Job
 from portal.projects import access
-from portal.projects.models import Project
+from portal.projects.models import Membership, Project, Role
 from portal.projects.queries import membership_page
+
+PROJECT_JOBS = 50  # the newest jobs a project's page lists
+PROJECT_MEMBERS = 12  # the members its card names; the members page has them all
 
 
 @dataclass
 class ProjectCard:
     project: Project
     role: str | None
-    budget: budgets.BudgetSummary | None
+    budget: budgets_actions.BudgetSummary | None
     active_jobs: int
 
 
-def project_cards(user) -> list[ProjectCard]:
-    cards = []
-    for project in access.visible_projects(user):
-        cards.append(
-            ProjectCard(
-                project=project,
-                role=access.role_of(user, project),
-                budget=budget_summary(project),
-                active_jobs=Job.objects.filter(project=project, state__in=ACTIVE_STATES).count(),
-            )
+def project_cards(user, projects=None) -> list[ProjectCard]:
+    """A card per project (by default every project `user` can see): role, budget and active jobs, read for all
+    the cards at once (four queries however many cards; pass a page of projects for a bounded list)."""
+    projects = list(access.visible_projects(user) if projects is None else projects)
+    ids = [project.pk for project in projects]
+    roles = {} if user.is_staff else dict(
+        Membership.objects.filter(user=user, project_id__in=ids).values_list("project_id", "role"))
+    budgets = {budget.project_id: budget for budget in Budget.objects.filter(project_id__in=ids)}
+    summaries = budgets_actions.summaries(list(budgets.values()))
+    active = dict(Job.objects.filter(project_id__in=ids, state__in=ACTIVE_STATES).order_by()
+                  .values_list("project_id").annotate(n=Count("id")))
+    return [
+        ProjectCard(
+            project=project,
+            role=Role.OWNER if user.is_staff else roles.get(project.pk),  # as access.role_of says it
+            budget=summaries[budgets[project.pk].pk] if project.pk in budgets else None,
+            active_jobs=active.get(project.pk, 0),
         )
-    return cards
+        for project in projects
+    ]
 
 
 def project_page(user, project: Project) -> dict:
+    jobs = list(Job.objects.filter(project=project).select_related("project", "cluster", "hardware", "user")
+                .order_by("-pk")[:PROJECT_JOBS + 1])
     return {
-        **membership_page(user, project),
+        **membership_page(user, project, limit=PROJECT_MEMBERS),
         "budget": budget_summary(project),
         "allocations": Allocation.objects.filter(project=project).select_related("cluster"),
-        "jobs": Job.objects.filter(project=project).select_related("project", "cluster", "hardware", "user")[:50],
+        # The newest jobs; the rest are the job list's keyset pages, filtered to this project.
+        "jobs": jobs[:PROJECT_JOBS],
+        "more_jobs": len(jobs) > PROJECT_JOBS,
     }
 
 

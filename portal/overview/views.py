@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, render
 
 from portal.budgets.queries import budget_summary
@@ -13,17 +14,26 @@ from portal.overview import queries
 from portal.projects import access
 from portal.usage.cloud import cloud_now
 
+DASHBOARD_PROJECTS = 12
+PROJECTS_PAGE = 25
+
 
 @login_required
 def dashboard(request):
-    projects = queries.project_cards(request.user)
-    jobs = visible_jobs(request.user)[:10]
-    return render(request, "dashboard.html", {"projects": projects, "jobs": jobs})
+    """The first DASHBOARD_PROJECTS project cards (the project list pages through the rest) and the newest jobs."""
+    shown = list(access.visible_projects(request.user)[: DASHBOARD_PROJECTS + 1])
+    projects = queries.project_cards(request.user, shown[:DASHBOARD_PROJECTS])
+    jobs = visible_jobs(request.user).order_by("-pk")[:10]
+    return render(request, "dashboard.html", {"projects": projects, "jobs": jobs,
+                                              "more_projects": len(shown) > DASHBOARD_PROJECTS})
 
 
 @login_required
 def project_list(request):
-    return render(request, "projects/list.html", {"projects": queries.project_cards(request.user)})
+    """PROJECTS_PAGE cards a page: a site admin sees every project of the site."""
+    page = Paginator(access.visible_projects(request.user), PROJECTS_PAGE).get_page(request.GET.get("page"))
+    return render(request, "projects/list.html", {"projects": queries.project_cards(request.user, page.object_list),
+                                                  "page": page})
 
 
 @login_required

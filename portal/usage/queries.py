@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import UTC
 from decimal import Decimal
 
-from django.db.models import QuerySet
+from django.db.models import Count, F, QuerySet, Sum, Value
+from django.db.models.functions import Coalesce, ExtractMonth, ExtractYear, NullIf
 
 from portal.budgets.actions import NoConversion, conversion
 from portal.jobs.models import Job
@@ -26,38 +28,46 @@ class UsageRow:
 
 
 def usage_rows(jobs: QuerySet[Job], unit: str | None = None) -> list[UsageRow]:
-    """Settled jobs grouped by month × project × cluster × hardware × user; costs converted to `unit` if given."""
-    groups: dict[tuple, list] = defaultdict(lambda: [0, Decimal("0"), Decimal("0")])
+    """Settled jobs grouped by month × project × cluster × hardware × user; costs converted to `unit` if given.
+
+    PostgreSQL groups and sums (one query, a row per group whatever the number of jobs: a project with 10,000 ended
+    jobs is a few hundred rows here, not 10,000 models); conversions are applied per group, each looked up once."""
+    # Year and month as integers, in UTC as the jobs' stamps say: no datetime to build and convert per group.
+    ended = Coalesce("ended_at", "created_at")
+    grouped = (
+        jobs.filter(cost_amount__isnull=False).order_by()
+        .values_list(ExtractYear(ended, tzinfo=UTC), ExtractMonth(ended, tzinfo=UTC), "project__slug", "cluster__slug",
+                     Coalesce("hardware__slug", Value("-")), "user__username",
+                     Coalesce(NullIf("estimate_unit", Value("")), "hardware__rate_unit", Value("")))
+        .annotate(n=Count("id"), node_seconds=Sum(Coalesce("elapsed_seconds", 0) * F("nodes")), cost=Sum("cost_amount"))
+    )
+    groups: dict[tuple, list] = defaultdict(lambda: [0, 0, Decimal("0")])
     conversions: dict[str, object] = {}  # from unit → its conversion to `unit` (or NoConversion): one lookup each
-    for job in jobs.filter(cost_amount__isnull=False).select_related("project", "cluster", "hardware", "user"):
-        cost_unit = job.estimate_unit or (job.hardware.rate_unit if job.hardware else "")
-        cost = job.cost_amount or Decimal("0")
-        if unit and cost_unit != unit:
-            if cost_unit not in conversions:
+    for year, month, project, cluster, hardware, user, row_unit, n, node_seconds, cost in grouped:
+        cost = cost or Decimal("0")
+        if unit and row_unit != unit:
+            if row_unit not in conversions:
                 try:
-                    conversions[cost_unit] = conversion(cost_unit, unit)
+                    conversions[row_unit] = conversion(row_unit, unit)
                 except NoConversion as exc:
-                    conversions[cost_unit] = exc
-            if callable(conversions[cost_unit]):
-                cost, cost_unit = conversions[cost_unit](cost), unit
+                    conversions[row_unit] = exc
+            if callable(conversions[row_unit]):
+                cost, row_unit = conversions[row_unit](cost), unit
             # else: shown in its own unit rather than silently wrong
-        key = (
-            (job.ended_at or job.created_at).strftime("%Y-%m"),
-            job.project.slug,
-            job.cluster.slug,
-            job.hardware.slug if job.hardware else "-",
-            job.user.username,
-            cost_unit,
-        )
-        row = groups[key]
-        row[0] += 1
-        row[1] += Decimal(job.elapsed_seconds or 0) * job.nodes / Decimal(3600)
+        row = groups[(f"{year:04d}-{month:02d}", project, cluster, hardware, user, row_unit)]
+        row[0] += n  # two source units converted to the same one share a row
+        row[1] += node_seconds or 0
         row[2] += cost
+    # Sorted as the tuples would be, on one string each (NUL sorts before any character of a slug or a name):
+    # thousands of rows sort several times faster.
+    ordered = sorted(groups.items(), key=lambda item: "\0".join(item[0]))
+    hour = Decimal(3600)
+    cent = Decimal("0.01")
     return [
         # Costs stay exact (four decimals, as the ledger keeps them): a CSV's total then equals what the budget says
         # was spent; pages round them with the one money rule.
-        UsageRow(month, project, cluster, hardware, user, n, hours.quantize(Decimal("0.01")), cost, u)
-        for (month, project, cluster, hardware, user, u), (n, hours, cost) in sorted(groups.items())
+        UsageRow(month, project, cluster, hardware, user, n, (Decimal(seconds) / hour).quantize(cent), cost, u)
+        for (month, project, cluster, hardware, user, u), (n, seconds, cost) in ordered
     ]
 
 

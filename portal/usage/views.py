@@ -7,6 +7,7 @@ import csv
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, render
 
@@ -16,6 +17,7 @@ from portal.jobs.models import Job
 from portal.projects import access
 from portal.usage import queries
 
+TABLE_PAGE = 100  # rows of the usage table a page shows; the CSV has them all
 
 def _usage_response(request, jobs, title: str, unit: str | None, filename: str):
     rows = queries.usage_rows(jobs, unit)
@@ -29,7 +31,11 @@ def _usage_response(request, jobs, title: str, unit: str | None, filename: str):
         return response
     charts = {name: queries.totals_by(rows, name) for name in ("month", "cluster", "hardware", "user")}
     chart_data = {name: {"labels": list(data), "values": [float(v) for v in data.values()]} for name, data in charts.items()}
-    return render(request, "budgets/usage.html", {"title": title, "rows": rows, "chart_data": chart_data, "unit": unit})
+    # The charts sum every row; the table shows a page of them (a year of a large project is thousands of
+    # month × hardware × user rows): the rows are already in memory, so a page costs no query.
+    page = Paginator(rows, TABLE_PAGE).get_page(request.GET.get("page"))
+    return render(request, "budgets/usage.html", {"title": title, "rows": rows, "page": page, "chart_data": chart_data,
+                                                  "unit": unit})
 
 
 @login_required
