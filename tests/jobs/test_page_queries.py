@@ -7,6 +7,7 @@ actor) is what makes a busy project's page slow; counts are stable where timings
 from __future__ import annotations
 
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from django.db import connection
@@ -100,3 +101,145 @@ def test_the_api_job_list_costs_as_many_queries_with_50_jobs_as_with_5(client, l
     many = _queries(client, url, **headers)
     assert client.get(url, **headers).json()["count"] == 50
     assert many == few
+
+
+# ------------------------------------------------------------------------ pages that list what grows (issue 17)
+
+
+def _spread_over_months(jobs: list[Job]) -> None:
+    """Each job ended in a month of its own: a usage row each."""
+    now = timezone.now()
+    for i, job in enumerate(jobs):
+        Job.objects.filter(pk=job.pk).update(ended_at=now - timedelta(days=31 * i))
+
+
+def test_the_job_list_costs_as_many_queries_with_50_jobs_as_with_5_and_on_its_next_page(client, local_site):
+    _ended_jobs(local_site, 5)
+    few, many = _grows(client, local_site, lambda: reverse("job-list"), lambda: _ended_jobs(local_site, 45))
+    assert many == few
+    page = client.get(reverse("job-list") + "?size=25").content.decode()
+    after = int(page.split("after=", 1)[1].split("&", 1)[0].split('"', 1)[0])
+    assert _queries(client, reverse("job-list") + f"?size=25&after={after}") == few
+    assert _queries(client, reverse("job-list") + f"?project={local_site.project.slug}") == few + 1  # its id, read once
+
+
+def test_the_job_list_costs_as_many_queries_for_a_page_of_100_as_for_a_page_of_25(client, local_site):
+    _ended_jobs(local_site, 60)
+    client.force_login(local_site.alice)
+    client.get(reverse("job-list"))
+    assert _queries(client, reverse("job-list") + "?size=100") == _queries(client, reverse("job-list") + "?size=25")
+
+
+def test_a_job_page_costs_as_many_queries_when_its_project_has_50_jobs_as_with_5(client, local_site):
+    job = _ended_jobs(local_site, 5)[0]
+    few, many = _grows(client, local_site, lambda: reverse("job-detail", args=[job.pk]),
+                       lambda: _ended_jobs(local_site, 45))
+    assert many == few
+
+
+def test_the_api_job_list_costs_as_many_queries_for_50_a_page_as_for_5_and_on_its_next_page(client, local_site):
+    _ended_jobs(local_site, 60)
+    token = issue_token(local_site.alice, name="pages", scopes=("read",))[1]
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+    url = reverse("api-jobs")
+    client.get(url, **headers)
+    five = _queries(client, url + "?limit=5", **headers)
+    assert _queries(client, url + "?limit=50", **headers) == five
+    following = client.get(url + "?limit=50", **headers).json()["next"]
+    assert _queries(client, following, **headers) == five
+
+
+def test_the_project_page_costs_as_many_queries_with_40_members_as_with_1_and_names_a_page_of_them(
+        client, local_site, make_user):
+    from portal.projects.models import Membership, Role
+
+    _ended_jobs(local_site, 5)
+
+    def members() -> None:
+        Membership.objects.bulk_create(Membership(user=make_user(f"member{i:02d}"), project=local_site.project,
+                                                  role=Role.MEMBER) for i in range(40))
+
+    few, many = _grows(client, local_site, lambda: reverse("project-detail", args=[local_site.project.slug]), members)
+    assert many == few
+    page = client.get(reverse("project-detail", args=[local_site.project.slug])).content.decode()
+    assert "member00" in page and "member39" not in page
+    assert reverse("project-members", args=[local_site.project.slug]) in page
+
+
+def test_the_project_page_lists_its_newest_50_jobs_and_links_to_the_rest_in_the_job_list(client, local_site):
+    jobs = _ended_jobs(local_site, 51)
+    client.force_login(local_site.alice)
+    page = client.get(reverse("project-detail", args=[local_site.project.slug])).content.decode()
+    newest = max(job.pk for job in jobs)
+    assert reverse("job-detail", args=[newest]) in page
+    assert reverse("job-detail", args=[min(job.pk for job in jobs)]) + '"' not in page
+    assert f"{reverse('job-list')}?project={local_site.project.slug}" in page
+
+
+def test_the_usage_page_costs_as_many_queries_with_50_rows_as_with_5_and_pages_its_table(client, local_site,
+                                                                                         monkeypatch):
+    from portal.usage import views as usage_views
+
+    _spread_over_months(_ended_jobs(local_site, 5))
+    few, many = _grows(client, local_site, lambda: reverse("project-usage", args=[local_site.project.slug]),
+                       lambda: _spread_over_months(_ended_jobs(local_site, 45)))
+    assert many == few
+    monkeypatch.setattr(usage_views, "TABLE_PAGE", 20)
+    url = reverse("project-usage", args=[local_site.project.slug])
+    first = client.get(url).content.decode()
+    assert "Rows 1–20 of 45" in first and "?page=2" in first
+    assert "Rows 41–45 of 45" in client.get(url + "?page=3").content.decode()
+    csv = client.get(url + "?format=csv").content.decode().splitlines()
+    assert len(csv) == 1 + 45  # the CSV has every row
+
+
+def test_the_project_list_costs_as_many_queries_with_60_projects_as_with_2_and_pages_them(client, local_site,
+                                                                                        make_user):
+    from portal.budgets.models import Budget
+    from portal.projects.models import Membership, Project, Role
+
+    def projects() -> None:
+        created = Project.objects.bulk_create(Project(slug=f"p{i:02d}", name=f"P {i:02d}") for i in range(60))
+        Membership.objects.bulk_create(Membership(user=local_site.alice, project=p, role=Role.MEMBER) for p in created)
+        Budget.objects.bulk_create(Budget(project=p, amount=Decimal("10"), unit="points") for p in created)
+
+    few, many = _grows(client, local_site, lambda: reverse("project-list"), projects)
+    assert many == few
+    assert _queries(client, reverse("project-list") + "?page=3") == few
+    assert _queries(client, reverse("dashboard")) == _queries(client, reverse("dashboard"))
+    page = client.get(reverse("project-list")).content.decode()
+    assert "Page 1 of 3" in page and "?page=2" in page
+    assert reverse("project-list") in client.get(reverse("dashboard")).content.decode()
+
+
+def test_the_dashboard_costs_as_many_queries_with_30_projects_as_with_1(client, local_site):
+    from portal.budgets.models import Budget
+    from portal.projects.models import Membership, Project, Role
+
+    def projects() -> None:
+        created = Project.objects.bulk_create(Project(slug=f"d{i:02d}", name=f"D {i:02d}") for i in range(30))
+        Membership.objects.bulk_create(Membership(user=local_site.alice, project=p, role=Role.MEMBER) for p in created)
+        Budget.objects.bulk_create(Budget(project=p, amount=Decimal("10"), unit="points") for p in created)
+
+    few, many = _grows(client, local_site, lambda: reverse("dashboard"), projects)
+    assert many == few
+
+
+def test_notifications_cost_as_many_queries_with_120_as_with_5_and_page_to_the_oldest(client, local_site):
+    from portal.notifications.models import Notification
+
+    def notify(count: int) -> None:
+        Notification.objects.bulk_create(Notification(user=local_site.alice, kind="ended", text=f"note {i}")
+                                         for i in range(count))
+
+    notify(5)
+    few, many = _grows(client, local_site, lambda: reverse("notifications"), lambda: notify(115))
+    assert many == few
+    pages, url = [], reverse("notifications")
+    while url:
+        page = client.get(url).content.decode()
+        pages.append(page)
+        url = (reverse("notifications") + "?before=" + page.split("?before=", 1)[1].split('"', 1)[0]
+               if "?before=" in page else None)
+    assert len(pages) == 3
+    assert "note 0<" in pages[-1] and "note 0<" not in pages[0]
