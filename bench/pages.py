@@ -14,7 +14,9 @@ all of them; reported: p50, p95 and max wall time seen by the client, and the bo
 
 Run: `/work/main/.venv/bin/python -m bench.pages`. BENCH_PAGES_JOBS / _PROJECTS / _USERS change the size;
 BENCH_PAGES_BEFORE=/path/to/another/checkout measures that checkout first on the same data (its migrations, then
-this checkout's are applied on top: the "before" and "after" columns of one run); BENCH_KEEP_DB=1 keeps the
+this checkout's are applied on top: the "before" and "after" columns of one run). This checkout is measured
+twice: with a database connection per request (DATABASE_CONN_MAX_AGE=0, as docker-compose ran before) and with
+connections kept as docker-compose.yml now sets them; BENCH_KEEP_DB=1 keeps the
 database for EXPLAIN ANALYZE (its name is printed). Results: printed and written to bench/results-pages.md
 (BENCH_OUT to write elsewhere).
 """
@@ -55,7 +57,7 @@ GUNICORN = str(Path(sys.executable).with_name("gunicorn"))
 VAR = Path(tempfile.mkdtemp(prefix="bench-pages-"))
 
 
-def server_env(code: Path) -> dict[str, str]:
+def server_env(code: Path, **extra: str) -> dict[str, str]:
     """The web service's environment as docker-compose.yml sets it, pointed at the bench database."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KAKEHASHI_", "DJANGO_", "DATABASE", "CELERY"))}
     env.update({
@@ -64,6 +66,7 @@ def server_env(code: Path) -> dict[str, str]:
         "SECRET_KEY": "bench-pages-" + "k" * 20 + "0123456789abcdefghijklmnopqrstuvwxyz",
         "KAKEHASHI_ENCRYPTION_KEYS": "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVowMTIzNDU=",
         "DATABASE_URL": f"{PG}/{DB_NAME}",
+        "DATABASE_CONN_MAX_AGE": "60",  # docker-compose.yml's
         "REDIS_URL": "redis://127.0.0.1:6379/3",
         "CACHE_KEY_PREFIX": DB_NAME,
         "CELERY_BROKER_URL": "redis://127.0.0.1:6379/3",
@@ -78,6 +81,7 @@ def server_env(code: Path) -> dict[str, str]:
         "EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend",
         "PYTHONPATH": str(code),
     })
+    env.update(extra)
     return env
 
 
@@ -103,13 +107,17 @@ def main() -> int:
         t = time.perf_counter()
         world = synthesise()
         print(f"synthesised {JOBS:,} jobs in {time.perf_counter() - t:.1f} s", flush=True)
+        # (label, code, environment): a connection per request is how docker-compose ran before this branch set
+        # DATABASE_CONN_MAX_AGE; both are measured so that the code's share and the connection's share show apart.
+        per_request = {"DATABASE_CONN_MAX_AGE": "0"}
         runs = []
         if BEFORE:
-            runs.append((f"before ({first.name})", measure(first, world)))
+            runs.append((f"{first.name}, a connection per request", measure(first, world, per_request)))
             t = time.perf_counter()
             manage(ROOT, "migrate", "--noinput", "-v0")
             print(f"migrated ({ROOT.name}) on the data in {time.perf_counter() - t:.1f} s", flush=True)
-        runs.append((f"after ({ROOT.name})" if BEFORE else ROOT.name, measure(ROOT, world)))
+        runs.append((f"{ROOT.name}, a connection per request", measure(ROOT, world, per_request)))
+        runs.append((f"{ROOT.name}, connections kept (compose)", measure(ROOT, world, {})))
         write_results(world, runs)
     finally:
         from django.db import connections
@@ -413,14 +421,14 @@ def cases(world: World) -> list[tuple[str, str, bool]]:
     ]
 
 
-def measure(code: Path, world: World) -> dict[str, dict]:
+def measure(code: Path, world: World, extra: dict[str, str]) -> dict[str, dict]:
     import requests
 
     manage(code, "collectstatic", "--noinput", "-v0")
     port = free_port()
     log = open(VAR / f"gunicorn-{code.name}.log", "w")  # noqa: SIM115 - closed below
     server = subprocess.Popen([GUNICORN, "portal.wsgi:application", "--bind", f"127.0.0.1:{port}", "--workers", "3"],
-                              cwd=code, env=server_env(code), stdout=log, stderr=subprocess.STDOUT,
+                              cwd=code, env=server_env(code, **extra), stdout=log, stderr=subprocess.STDOUT,
                               start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -481,22 +489,14 @@ def write_results(world: World, runs: list[tuple[str, dict]]) -> None:
         f"2-core machine shared with other agents (load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}).",
         "",
     ]
-    labels = [label for label in runs[-1][1]]
-    if len(runs) == 1:
-        lines += ["| page | p50 ms | p95 ms | max ms | bytes | p95 < 150 ms |", "| --- | --- | --- | --- | --- | --- |"]
-        for label in labels:
-            r = runs[0][1][label]
-            lines.append(f"| {label} | {r['p50']:.1f} | {r['p95']:.1f} | {r['max']:.1f} | {r['bytes']:,} | "
-                         f"{'yes' if r['p95'] < GOAL_MS else 'no'} |")
-    else:
-        (before_name, before), (after_name, after) = runs
-        lines += [f"| page | p50 {before_name} | p95 before | p50 {after_name} | p95 after | p95 < 150 ms after |",
-                  "| --- | --- | --- | --- | --- | --- |"]
-        for label in labels:
-            b, a = before.get(label), after[label]
-            lines.append(f"| {label} | {b['p50']:.1f} | {b['p95']:.1f} | {a['p50']:.1f} | {a['p95']:.1f} | "
-                         f"{'yes' if a['p95'] < GOAL_MS else 'no'} |" if b else
-                         f"| {label} | — | — | {a['p50']:.1f} | {a['p95']:.1f} | {'yes' if a['p95'] < GOAL_MS else 'no'} |")
+    labels = list(runs[-1][1])
+    lines += ["| page | " + " | ".join(f"{name}: p50 / p95 ms" for name, _ in runs) + " | p95 < 150 ms (last) |",
+              "| --- |" + " --- |" * (len(runs) + 1)]
+    for label in labels:
+        cells = [f"{r[label]['p50']:.1f} / {r[label]['p95']:.1f}" if label in r else "—" for _, r in runs]
+        met = "yes" if runs[-1][1][label]["p95"] < GOAL_MS else "no"
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {met} |")
+    lines += ["", "Bytes a response: " + ", ".join(f"{label} {r['bytes']:,}" for label, r in runs[-1][1].items()) + "."]
     text = "\n".join(lines) + "\n"
     print(text)
     out = Path(os.environ.get("BENCH_OUT", ROOT / "bench" / "results-pages.md"))

@@ -140,7 +140,11 @@ TEMPLATES = [
 DATABASES = {
     "default": dj_database_url.parse(
         env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'kakehashi.sqlite3'}"),
+        # Seconds a connection is kept for the next request (docker-compose: 60). 0 opens one per request: a new
+        # PostgreSQL backend each time, with its caches cold (bench/pages.py measures both). A kept connection is
+        # checked before it is reused, so a restarted database costs one error-free reconnect, not a 500.
         conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 0),
+        conn_health_checks=env_bool("DATABASE_CONN_HEALTH_CHECKS", True),
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":

@@ -3,10 +3,13 @@
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
 
 from portal.projects import access, actions, queries
 from portal.projects.models import Membership, Project, Role
+
+MEMBERS_PAGE = 50
 
 
 def _project_or_404(user, slug: str) -> Project:
@@ -35,5 +38,8 @@ def members(request, slug: str):
             messages.error(request, exc.messages[0] if isinstance(exc, ValidationError) else str(exc))
         return redirect("project-members", slug=project.slug)
     context = queries.membership_page(request.user, project)
+    # A course or a centre-wide project has hundreds of members: MEMBERS_PAGE a page, by name.
+    context["page"] = Paginator(context["members"], MEMBERS_PAGE).get_page(request.GET.get("page"))
+    context["members"] = context["page"].object_list
     context["roles"] = Role.choices
     return render(request, "projects/members.html", context)

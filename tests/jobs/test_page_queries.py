@@ -243,3 +243,20 @@ def test_notifications_cost_as_many_queries_with_120_as_with_5_and_page_to_the_o
                if "?before=" in page else None)
     assert len(pages) == 3
     assert "note 0<" in pages[-1] and "note 0<" not in pages[0]
+
+
+def test_the_members_page_costs_as_many_queries_with_120_members_as_with_1_and_pages_them(client, local_site,
+                                                                                        make_user):
+    from django.contrib.auth import get_user_model
+
+    from portal.projects.models import Membership, Role
+
+    def members() -> None:
+        users = get_user_model().objects.bulk_create(get_user_model()(username=f"m{i:03d}") for i in range(120))
+        Membership.objects.bulk_create(Membership(user=u, project=local_site.project, role=Role.MEMBER) for u in users)
+
+    url = lambda: reverse("project-members", args=[local_site.project.slug])  # noqa: E731
+    few, many = _grows(client, local_site, url, members)
+    assert many == few
+    last = client.get(url() + "?page=3").content.decode()
+    assert "Page 3 of 3" in last and 'data-user="m119"' in last and 'data-user="m000"' not in last
