@@ -46,6 +46,11 @@ class IllegalTransition(Exception):
     pass
 
 
+# The columns portal.usage.queries.usage_rows reads of a job (see Job.Meta.indexes).
+USAGE_COLUMNS = ["cost_amount", "ended_at", "created_at", "cluster", "hardware", "user", "nodes", "elapsed_seconds",
+                 "estimate_unit"]
+
+
 class Job(models.Model):
     class Launcher(models.TextChoices):
         SCRIPT = "script", "Run the script once"
@@ -137,7 +142,8 @@ class Job(models.Model):
     class Meta:
         ordering = ["-id"]
         # A project's jobs newest first (its page, the job list filtered to it): read in index order, never sorted.
-        indexes = [models.Index(fields=["project", "-id"], name="job_project_newest")]
+        # It carries what the usage pages group and sum, so a project's year of usage is read from the index alone.
+        indexes = [models.Index(fields=["project", "-id"], name="job_project_newest", include=USAGE_COLUMNS)]
         constraints = [
             models.UniqueConstraint(
                 fields=["user", "idempotency_key"],

@@ -18,6 +18,8 @@ class Migration(migrations.Migration):
     operations = [
         migrations.AddIndex(
             model_name='job',
-            index=models.Index(fields=['project', '-id'], name='job_project_newest'),
+            index=models.Index(fields=['project', '-id'], include=['cost_amount', 'ended_at', 'created_at', 'cluster',
+                                                                   'hardware', 'user', 'nodes', 'elapsed_seconds',
+                                                                   'estimate_unit'], name='job_project_newest'),
         ),
     ]
