@@ -217,6 +217,8 @@ def synthesise() -> World:
 
     rng = random.Random(17)
     User = get_user_model()
+    # The job script's column: `rendered_script`, whose model attribute is `own_script` since decision 0024.
+    SCRIPT_COLUMN = "own_script" if any(f.attname == "own_script" for f in Job._meta.fields) else "rendered_script"
     now = timezone.now()
     year_ago = now - timedelta(days=365)
     hashed = make_password(PASSWORD)
@@ -353,7 +355,7 @@ def synthesise() -> World:
     with transaction.atomic():
         copy_rows(JobGroup, ["id", "project_id", "user_id", "name", "created_at"], groups)
         copy_rows(Job, ["id", "uuid", "project_id", "user_id", "cluster_id", "hardware_id", "group_id", "name",
-                        "nodes", "walltime_seconds", "script", "rendered_script", "submit_command", "scheduler_name",
+                        "nodes", "walltime_seconds", "script", SCRIPT_COLUMN, "submit_command", "scheduler_name",
                         "scheduler_id", "remote_dir", "account_username", "state", "state_reason", "exit_code",
                         "created_at", "updated_at", "submitted_at", "started_at", "ended_at", "elapsed_seconds",
                         "last_seen_at", "estimate_amount", "estimate_unit", "cost_amount"], jobs)
@@ -365,6 +367,20 @@ def synthesise() -> World:
         copy_rows(Notification, ["user_id", "job_id", "kind", "text", "created_at", "read_at"], notes)
         for model in (JobGroup, Job, JobEvent):
             reset_sequence(model)
+        if any(f.name == "balance_period" for f in Budget._meta.fields):
+            # The balance a budget row keeps (docs/decisions/0024): its current period's sums of the ledger.
+            from portal.budgets.actions import period_start
+
+            with connection.cursor() as cursor:
+                cursor.execute("""
+                    UPDATE budgets_budget AS b SET balance_period = s.p, reserved = s.r, spent = s.sp FROM (
+                        SELECT x.id, x.p,
+                               COALESCE(SUM(CASE l.kind WHEN 'reserve' THEN l.amount WHEN 'release' THEN -l.amount END), 0) r,
+                               COALESCE(SUM(CASE WHEN l.kind IN ('settle', 'adjust') THEN l.amount END), 0) sp
+                        FROM unnest(%s::bigint[], %s::date[]) AS x(id, p)
+                        LEFT JOIN budgets_ledgerentry l ON l.budget_id = x.id AND l.period_start = x.p
+                        GROUP BY x.id, x.p) AS s
+                    WHERE b.id = s.id""", [[b.pk for b in budgets], [period_start(b) for b in budgets]])
     with connection.cursor() as cursor:  # what autovacuum would have done over a year of history
         cursor.execute("VACUUM ANALYZE")
 
