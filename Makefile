@@ -74,6 +74,7 @@ bench: dev-venv cluster-harness
 	$(BIN)/python -m bench.storage
 	$(BIN)/python -m bench.staging
 	$(BIN)/python -m bench.cloud
+	$(BIN)/python -m bench.throughput
 
 clean:
 	rm -rf var
