@@ -14,7 +14,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.env import env_bool, env_choices, env_int, env_list, env_str, env_url
+from portal.env import env_bool, env_choices, env_float, env_int, env_list, env_str, env_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("KAKEHASHI_VAR_DIR", str(BASE_DIR / "var")))
@@ -340,6 +340,12 @@ KAKEHASHI_SSH_TIMEOUT = env_int("KAKEHASHI_SSH_TIMEOUT", 30)
 # Dispatches to one cluster in flight at once, over all workers: a login node that answers slowly then holds at most
 # this many worker processes, and the other clusters keep the rest (keep it below the workers' --concurrency).
 KAKEHASHI_CLUSTER_TASK_SLOTS = env_int("KAKEHASHI_CLUSTER_TASK_SLOTS", 2)
+# A task that finds its cluster's slots taken asks again this many seconds later (without holding a worker).
+KAKEHASHI_SLOT_RETRY_SECONDS = env_float("KAKEHASHI_SLOT_RETRY_SECONDS", 0.25)
+# One dispatch takes along up to this many jobs queued for the same account (cluster, owner, project) and submits
+# them over up to KAKEHASHI_SSH_CHANNELS concurrent channels of its one connection (OpenSSH's MaxSessions is 10).
+KAKEHASHI_DISPATCH_BATCH = env_int("KAKEHASHI_DISPATCH_BATCH", 16)
+KAKEHASHI_SSH_CHANNELS = env_int("KAKEHASHI_SSH_CHANNELS", 8)
 # How long a submit attempt owns a job before another attempt may take over (it then looks before submitting).
 KAKEHASHI_DISPATCH_LEASE_SECONDS = env_int("KAKEHASHI_DISPATCH_LEASE_SECONDS", 2 * KAKEHASHI_SSH_TIMEOUT + 30)
 KAKEHASHI_REPORTING_UNIT = env_str("KAKEHASHI_REPORTING_UNIT", "JPY")
