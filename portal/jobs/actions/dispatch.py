@@ -90,9 +90,17 @@ def dispatch_job(job_id: int) -> DispatchOutcome:
     """
     with transaction.atomic():
         batch = locks.job_and_queued_siblings(job_id, batch_size(), batched_kinds())
-        job = batch[0] if batch else locks.job(job_id, for_dispatch=True)  # held elsewhere: wait for it alone
-        array_of = job.group_id if job.array_index is not None else None
-        leased = None if array_of else _lease_jobs(job, batch[1:])
+        if batch:
+            job = batch[0]
+            array_of = job.group_id if job.array_index is not None else None
+            leased = None if array_of else _lease_jobs(job, batch[1:])
+    if not batch:
+        # Its row is held elsewhere (a cancel, another attempt): wait for it alone, having let go of any sibling
+        # that statement locked (waiting while holding them could close a cycle with a bulk cancel).
+        with transaction.atomic():
+            job = locks.job(job_id, for_dispatch=True)
+            array_of = job.group_id if job.array_index is not None else None
+            leased = None if array_of else _lease_jobs(job, [])
     if array_of is not None:
         # An element of a sweep submitted as one scheduler array: the whole array goes at once.
         return dispatch_array(array_of)
