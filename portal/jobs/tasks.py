@@ -97,15 +97,30 @@ def recover_stale_jobs_task() -> list[int]:
 
 @shared_task(bind=True, max_retries=5)
 def cancel_job_task(self, job_id: int) -> str:
-    try:
-        return actions.cancel_on_scheduler(job_id)
-    except Exception as exc:  # noqa: BLE001 - any transport trouble: retry, the request is on record
-        raise self.retry(exc=exc, countdown=5) from None
+    # A cancel is a command on the login node like a dispatch: it takes one of the cluster's slots too, so a slow
+    # login node holds no more workers with cancels than with submits (a deferral is not a retry: no count).
+    with cluster_slot(_cluster_of(job_id)) as slot:
+        if not slot:
+            cancel_job_task.apply_async((job_id,), countdown=settings.KAKEHASHI_SLOT_RETRY_SECONDS)
+            return "deferred"
+        try:
+            return actions.cancel_on_scheduler(job_id)
+        except Exception as exc:  # noqa: BLE001 - any transport trouble: retry, the request is on record
+            raise self.retry(exc=exc, countdown=5) from None
 
 
 @shared_task
 def fetch_output_task(job_id: int) -> dict:
-    return outputs.fetch_output(job_id)
+    # Reading a finished job's files goes to its login node as well: bounded by the same slots.
+    with cluster_slot(_cluster_of(job_id)) as slot:
+        if not slot:
+            fetch_output_task.apply_async((job_id,), countdown=settings.KAKEHASHI_SLOT_RETRY_SECONDS)
+            return {"deferred": True}
+        return outputs.fetch_output(job_id)
+
+
+def _cluster_of(job_id: int) -> int | None:
+    return Job.objects.filter(pk=job_id).values_list("cluster_id", flat=True).first()
 
 
 @shared_task
