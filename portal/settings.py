@@ -140,7 +140,10 @@ TEMPLATES = [
 DATABASES = {
     "default": dj_database_url.parse(
         env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'kakehashi.sqlite3'}"),
-        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 0),
+        # Production keeps each process's connection (a new one is a PostgreSQL backend forked and authenticated:
+        # a few ms of both cores per web request, README "Centre scale"), checked before reuse after an error.
+        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 300 if PRODUCTION else 0),
+        conn_health_checks=True,
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
