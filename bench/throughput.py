@@ -12,9 +12,9 @@ For Slurm and for the TSUBAME-style Grid Engine cluster of the loopback test clu
 
 The portal's jobs run `sleep 300` (the API has no hold); at most a few start before the end, and every job both
 sides created is cancelled afterwards. Settings: BENCH_JOBS (200), BENCH_CLIENTS (8), BENCH_REDIS_DB (13),
-BENCH_PORT (8917), BENCH_CASES (slurm,sge), BENCH_OUT; extra environment for the daemons with BENCH_ENV_* (e.g.
-BENCH_ENV_KAKEHASHI_CLUSTER_TASK_SLOTS=4). BENCH_PROFILE_DIR=/path makes each Celery child write a cProfile of its
-tasks there (workers/profiling.py), for "where the time goes". Writes bench/results-throughput.md.
+BENCH_PORT (8917), BENCH_CASES (slurm,sge), BENCH_OUT, BENCH_CODE_ROOT (the daemons' checkout); extra environment for the daemons with BENCH_ENV_* (e.g.
+BENCH_ENV_KAKEHASHI_CLUSTER_TASK_SLOTS=4). Also the CPU seconds the web server, the worker, PostgreSQL and the
+whole machine spent meanwhile (where the time goes). Writes bench/results-throughput.md.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+# The daemons' code: BENCH_CODE_ROOT=/other/checkout measures that code (the "before" figures; same migrations).
+CODE = Path(os.environ.get("BENCH_CODE_ROOT", ROOT))
 BIN = Path(sys.executable).parent
 
 JOBS = int(os.environ.get("BENCH_JOBS", "200"))
@@ -142,7 +144,7 @@ def _stop(proc: subprocess.Popen) -> None:
 
 def _start(argv: list[str], env: dict, log: Path, ready: bytes, timeout: float = 90) -> subprocess.Popen:
     out = open(log, "ab")
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(argv, cwd=CODE, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -201,18 +203,24 @@ def _run(env: dict, daemons: list) -> int:
             _exec(ssh, "true")
             _warm(secret, hardware, project.slug, 8)
             raw_ids, raw_samples = [], []
+            raw_cpu = _cpu(daemons)["machine"]
             start = time.perf_counter()
             for _ in range(JOBS):
                 t = time.perf_counter()
                 raw_ids.append(_exec(ssh, raw_command).strip().split(".")[0])
                 raw_samples.append(time.perf_counter() - t)
             raw_total = time.perf_counter() - start
+            raw_cpu = _cpu(daemons)["machine"] - raw_cpu
             _exec(ssh, shlex.join([cancel, *raw_ids]))
 
+            before = _cpu(daemons)
             portal = _portal(secret, hardware, project.slug, case)
+            after = _cpu(daemons)
+            portal["cpu"] = {k: after[k] - before[k] for k in after}
             _exec(ssh, shlex.join([cancel, *portal["ids"]]) + " >/dev/null 2>&1; true")
         finally:
             ssh.close()
+        portal["raw_cpu"] = raw_cpu
         rows.append((label, raw_total, raw_samples, portal))
         details.append(f"{label}: raw {raw_total:.2f} s, portal {portal['total']:.2f} s "
                        f"(×{portal['total'] / raw_total:.2f})")
@@ -220,7 +228,7 @@ def _run(env: dict, daemons: list) -> int:
 
     load = os.getloadavg()
     lines = [
-        f"{JOBS} jobs, {CLIENTS} client threads (httpx), gunicorn 3 workers + Celery worker --concurrency 4, "
+        f"Code of {CODE.name}: {JOBS} jobs, {CLIENTS} client threads (httpx), gunicorn 3 workers + Celery worker --concurrency 4, "
         f"PostgreSQL and Redis on loopback, loopback test cluster; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
         f"2 cores shared with other agents (load average at the end {load[0]:.1f}).",
         "",
@@ -236,10 +244,51 @@ def _run(env: dict, daemons: list) -> int:
         )
     lines += ["", "Requests alone (first sent → last answered): " + ", ".join(
         f"{label} {p['requests_total']:.2f} s" for label, _, _, p in rows) + "."]
+    lines += ["", "CPU seconds spent while it ran (whole machine, other agents included; the daemons' own):", "",
+              "| Case | raw: machine | portal: machine | gunicorn | Celery worker | PostgreSQL | rest (sshd, scheduler, "
+              "Redis, bench, others) |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for label, _, _, p in rows:
+        c = p["cpu"]
+        rest = c["machine"] - c["web"] - c["worker"] - c["postgres"]
+        lines.append(f"| {label} | {p['raw_cpu']:.1f} | {c['machine']:.1f} | {c['web']:.1f} | {c['worker']:.1f} "
+                     f"| {c['postgres']:.1f} | {rest:.1f} |")
     text = "\n".join(lines) + "\n"
     print(text)
     Path(os.environ.get("BENCH_OUT", ROOT / "bench" / "results-throughput.md")).write_text(text)
     return 0
+
+
+def _cpu(daemons: list) -> dict[str, float]:
+    """CPU seconds so far: the web server's processes, the Celery worker's, PostgreSQL's, and the whole machine (so
+    the rest is sshd, the schedulers, Redis, the bench itself and whatever else runs)."""
+    import psutil
+
+    def tree(proc: subprocess.Popen) -> float:
+        total = 0.0
+        try:
+            root = psutil.Process(proc.pid)
+            for p in [root, *root.children(recursive=True)]:
+                t = p.cpu_times()
+                total += t.user + t.system + t.children_user + t.children_system
+        except psutil.NoSuchProcess:
+            pass
+        return total
+
+    # A backend per connection comes and goes: the postmaster's children_* hold those that ended.
+    postgres = 0.0
+    for p in psutil.process_iter(["name", "ppid"]):
+        if p.info["name"] == "postgres":
+            try:
+                t = p.cpu_times()
+                postgres += t.user + t.system
+                if p.info["ppid"] == 1 or psutil.Process(p.info["ppid"]).name() != "postgres":
+                    postgres += t.children_user + t.children_system
+            except psutil.NoSuchProcess:
+                pass
+    machine = psutil.cpu_times()
+    return {"web": tree(daemons[0]), "worker": tree(daemons[1]), "postgres": postgres,
+            "machine": machine.user + machine.system + machine.nice + getattr(machine, "softirq", 0)
+            + getattr(machine, "irq", 0)}
 
 
 def _ms(samples: list[float], p: float) -> str:
