@@ -313,6 +313,10 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Celery's Django fix-up closes the database connection before and after every task unless this is set: then a
+# task costs a PostgreSQL backend forked and authenticated. workers/celery.py applies Django's own rule instead (as
+# per web request: DATABASE_CONN_MAX_AGE, and a connection that failed is dropped), so this only has to be large.
+CELERY_DB_REUSE_MAX = 1_000_000
 
 # How often the tracker asks each scheduler about its active jobs, and the other periodic sweeps.
 KAKEHASHI_TRACK_INTERVAL = env_int("KAKEHASHI_TRACK_INTERVAL", 5)
