@@ -14,7 +14,8 @@ The portal's jobs run `sleep 300` (the API has no hold); at most a few start bef
 sides created is cancelled afterwards. Settings: BENCH_JOBS (200), BENCH_CLIENTS (8), BENCH_REDIS_DB (13),
 BENCH_PORT (8917), BENCH_CASES (slurm,sge), BENCH_OUT, BENCH_CODE_ROOT (the daemons' checkout); extra environment for the daemons with BENCH_ENV_* (e.g.
 BENCH_ENV_KAKEHASHI_CLUSTER_TASK_SLOTS=4). Also the CPU seconds the web server, the worker, PostgreSQL and the
-whole machine spent meanwhile (where the time goes). Writes bench/results-throughput.md.
+whole machine spent meanwhile (where the time goes); BENCH_PROFILE_DIR=/dir writes a CPU profile of each gunicorn
+and Celery process there (bench/profiling.py). Writes bench/results-throughput.md.
 """
 
 from __future__ import annotations
@@ -184,10 +185,13 @@ def _run(env: dict, daemons: list) -> int:
 
     logs = Path(env["KAKEHASHI_VAR_DIR"])
     print(f"daemon logs in {logs}")
+    profiled = bool(env.get("BENCH_PROFILE_DIR"))
     daemons.append(_start([str(BIN / "gunicorn"), "portal.wsgi:application", "--bind", f"127.0.0.1:{PORT}",
-                           "--workers", "3"], env, logs / "gunicorn.log", b"Booting worker"))
-    daemons.append(_start([str(BIN / "celery"), "-A", "workers", "worker", "--loglevel", "INFO", "--concurrency", "4",
-                           "-n", f"bench-throughput-{os.getpid()}@%h"], env, logs / "celery.log", b"ready."))
+                           "--workers", "3", *(["-c", "python:bench.profiling"] if profiled else [])],
+                          env, logs / "gunicorn.log", b"Booting worker"))
+    daemons.append(_start([str(BIN / "celery"), "-A", "bench.profiling" if profiled else "workers", "worker",
+                           "--loglevel", "INFO", "--concurrency", "4", "-n", f"bench-throughput-{os.getpid()}@%h"],
+                          env, logs / "celery.log", b"ready."))
 
     rows, details = [], []
     for case in CASES:
