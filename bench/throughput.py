@@ -221,6 +221,7 @@ def _run(env: dict, daemons: list) -> int:
             portal = _portal(secret, hardware, project.slug, case)
             after = _cpu(daemons)
             portal["cpu"] = {k: after[k] - before[k] for k in after}
+            portal["ssh"] = _ssh_connections(daemons[1], port)
             _exec(ssh, shlex.join([cancel, *portal["ids"]]) + " >/dev/null 2>&1; true")
         finally:
             ssh.close()
@@ -247,7 +248,9 @@ def _run(env: dict, daemons: list) -> int:
             f"| {_ms(p['to_id'], 50)} / {_ms(p['to_id'], 95)} |"
         )
     lines += ["", "Requests alone (first sent → last answered): " + ", ".join(
-        f"{label} {p['requests_total']:.2f} s" for label, _, _, p in rows) + "."]
+        f"{label} {p['requests_total']:.2f} s" for label, _, _, p in rows) + ".",
+        "", "SSH connections to the login node held by each Celery pool process afterwards (one account): " + "; ".join(
+            f"{label} {p['ssh']}" for label, _, _, p in rows) + "."]
     lines += ["", "CPU seconds spent while it ran (whole machine, other agents included; the daemons' own):", "",
               "| Case | raw: machine | portal: machine | gunicorn | Celery worker | PostgreSQL | rest (sshd, scheduler, "
               "Redis, bench, others) |", "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -293,6 +296,20 @@ def _cpu(daemons: list) -> dict[str, float]:
     return {"web": tree(daemons[0]), "worker": tree(daemons[1]), "postgres": postgres,
             "machine": machine.user + machine.system + machine.nice + getattr(machine, "softirq", 0)
             + getattr(machine, "irq", 0)}
+
+
+def _ssh_connections(worker: subprocess.Popen, port: int) -> list[int]:
+    """SSH connections to the login node each Celery pool process holds (goal 5: one per process and account)."""
+    import psutil
+
+    counts = []
+    for child in psutil.Process(worker.pid).children(recursive=True):
+        try:
+            counts.append(sum(1 for c in child.net_connections("tcp")
+                              if c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED))
+        except psutil.NoSuchProcess:
+            pass
+    return counts
 
 
 def _ms(samples: list[float], p: float) -> str:
