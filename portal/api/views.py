@@ -58,8 +58,9 @@ class JobListCreateView(ListView):
                 raise ApiError(f"unknown state {unknown[0]!r}: use {', '.join(JobState.values)} (comma-separated)",
                                field="state")
             jobs = jobs.filter(state__in=states)
-        # Each job lists its outputs and datasets: one query for each, for the whole page.
-        return jobs.prefetch_related("artifacts", "datasets").order_by("-id")
+        # Each job lists its outputs and datasets: one query for each, for the whole page; an array element's script
+        # is its group's, read in the same statement.
+        return jobs.select_related("group").prefetch_related("artifacts", "datasets").order_by("-id")
 
     @extend_schema(
         parameters=[

@@ -12,7 +12,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from django.db import models
+from django.db import connection, models
+from django.utils import timezone
 
 from portal.audit.models import AuditEntry
 
@@ -56,3 +57,20 @@ def record(action: str, *, actor=None, project=None, target: models.Model | None
         ip=client_ip(request) if request is not None else _current_ip.get(),
         data=data,
     )
+
+
+def record_each_sql(action: str, *, source: str, target: type[models.Model], actor=None, project=None,
+                    **data: Any) -> tuple[str, list[Any]]:
+    """`record` for each row a data-modifying CTE named `source` returns (its `id` the target's pk): the INSERT
+    for a caller that writes the change and its audit row in one statement (a submit: docs/decisions/0024)."""
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(AuditEntry._meta.get_field(name).column) for name in
+                        ("created_at", "actor", "action", "project", "target_type", "target_id", "ip", "data"))
+    data_field = AuditEntry._meta.get_field("data")
+    params = [timezone.now(), actor.pk if getattr(actor, "is_authenticated", False) else None, action,
+              getattr(project, "pk", None), target._meta.label_lower, _current_ip.get(),
+              data_field.get_db_prep_save(data, connection)]
+    # `source` and the identifiers are the caller's and the model's; every value is a bound parameter.
+    sql = (f"INSERT INTO {quote(AuditEntry._meta.db_table)} ({columns}) "  # noqa: S608
+           f"SELECT %s, %s, %s, %s, %s, {source}.id::text, %s, %s FROM {source}")
+    return sql, params

@@ -23,6 +23,13 @@ class Budget(models.Model):
     strict = models.BooleanField(default=True)
     alert_thresholds = models.JSONField(default=list, blank=True, help_text="percentages, e.g. [50, 80, 100]")
     updated_at = models.DateTimeField(auto_now=True)
+    # The ledger's sums for the period starting `balance_period`, kept by the ledger's one writer
+    # (portal/budgets/actions.py) in the statement that appends the entries: what lets a reservation lock, check
+    # and reserve in one conditional UPDATE (docs/decisions/0024). The ledger stays the record; `balance_drift`
+    # (and `manage.py check_budget_balances`) compares the two.
+    balance_period = models.DateField(null=True, blank=True, editable=False)
+    reserved = models.DecimalField(max_digits=14, decimal_places=4, default=Decimal("0"), editable=False)
+    spent = models.DecimalField(max_digits=14, decimal_places=4, default=Decimal("0"), editable=False)
 
     def __str__(self) -> str:
         return f"{self.project}: {self.amount} {self.unit} ({self.get_period_display()})"

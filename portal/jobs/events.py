@@ -41,13 +41,21 @@ def moved_each(history: Sequence[tuple[Job, str, str, str]], *, actor=None) -> N
     """
     if not history:
         return
-    now = timezone.now()
     if connection.vendor != "postgresql":  # `make run`'s SQLite has no unnest: the portable way, same rows
+        now = timezone.now()
         JobEvent.objects.bulk_create([
             JobEvent(job_id=job.pk, from_state=str(from_state), to_state=str(to), at=now, reason=reason[:MAX_REASON],
                      actor_id=getattr(actor, "pk", None))
             for job, from_state, to, reason in history])
         return
+    sql, params = moved_each_sql(history, actor=actor)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+def moved_each_sql(history: Sequence[tuple[Job, str, str, str]], *, actor=None) -> tuple[str, list]:
+    """moved_each's INSERT (PostgreSQL), for a writer that sends it with the move itself in one statement."""
+    now = timezone.now()
     values = {"job": [job.pk for job, *_ in history],
               # A state is a TextChoices member: its value, as str() gives it.
               "from_state": [str(from_state) for _, from_state, _, _ in history],
@@ -60,7 +68,19 @@ def moved_each(history: Sequence[tuple[Job, str, str, str]], *, actor=None) -> N
     quote = connection.ops.quote_name
     names = ", ".join(quote(name) for name, _, _ in columns)
     arrays = ", ".join(f"%s::{db_type}[]" for _, db_type, _ in columns)
-    with connection.cursor() as cursor:
-        # Identifiers are fixed here; every value is a bound parameter.
-        cursor.execute(f"INSERT INTO {quote(JobEvent._meta.db_table)} ({names}) SELECT * FROM unnest({arrays})",  # noqa: S608
-                       [values for _, _, values in columns])
+    # Identifiers are fixed here; every value is a bound parameter.
+    return (f"INSERT INTO {quote(JobEvent._meta.db_table)} ({names}) SELECT * FROM unnest({arrays})",  # noqa: S608
+            [values for _, _, values in columns])
+
+
+def moved_from_sql(source: str, from_state: str, to: str, *, reason: str, actor=None) -> tuple[str, list]:
+    """The event of each job a data-modifying CTE named `source` returns (its `id`), moved from `from_state` to
+    `to` (PostgreSQL): for a writer that moves jobs and writes their events in one statement (a submit's first
+    events, a compare-and-swap's move)."""
+    quote = connection.ops.quote_name
+    names = ", ".join(quote(JobEvent._meta.get_field(name).column)
+                      for name in ("job", "from_state", "to_state", "at", "reason", "actor"))
+    # `source` is the caller's CTE; identifiers are the model's; every value is a bound parameter.
+    sql = (f"INSERT INTO {quote(JobEvent._meta.db_table)} ({names}) "  # noqa: S608
+           f"SELECT {source}.id, %s, %s, %s, %s, %s FROM {source}")
+    return sql, [str(from_state), str(to), timezone.now(), reason[:MAX_REASON], getattr(actor, "pk", None)]

@@ -19,7 +19,7 @@ from portal.jobs.models import Job, JobOutput, JobState
 def job(job_id: int, *, for_dispatch: bool = False) -> Job:
     """One job, with what its transitions read (project, cluster, hardware); `for_dispatch` adds what its
     JobSpec reads (owner, software, the allocation's scheduler group as `allocation_group`, whether datasets are
-    attached as `has_datasets`) to the same statement."""
+    attached as `has_datasets`) and the cluster account it runs as to the same statement."""
     jobs = Job.objects.select_for_update(of=("self",)).select_related("project", "cluster", "hardware")
     if for_dispatch:
         jobs = _for_dispatch(jobs)
@@ -30,8 +30,8 @@ def _for_dispatch(jobs):
     group = Allocation.objects.filter(project=OuterRef("project_id"), cluster=OuterRef("cluster_id")).values("group")
     # Whether it has datasets to stage, in the same statement: most jobs have none and need no query for them.
     attached = Job.datasets.through.objects.filter(job_id=OuterRef("pk"))
-    return jobs.select_related("user", "software").annotate(allocation_group=Subquery(group[:1]),
-                                                            has_datasets=Exists(attached))
+    return jobs.select_related("user", "software", "cluster_account").annotate(
+        allocation_group=Subquery(group[:1]), has_datasets=Exists(attached))
 
 
 def job_and_queued_siblings(job_id: int, limit: int, kinds: Sequence[str]) -> list[Job]:

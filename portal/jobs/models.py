@@ -85,7 +85,11 @@ class Job(models.Model):
     procs_per_node = models.PositiveIntegerField(default=0, help_text="0 = one per GPU")
     # Each at $KAKEHASHI_DATA/<name>; staged onto the cluster by the dispatch worker before the submit.
     datasets = models.ManyToManyField("storage.Dataset", blank=True, related_name="jobs")
-    rendered_script = models.TextField(blank=True, help_text="the exact job script handed to the scheduler")
+    # The exact job script handed to the scheduler: `rendered_script`. An element of a sweep's array keeps none of
+    # its own (its group keeps the array's one script): 1,000 copies of a script that grows a line per element
+    # were most of a 1,000-point sweep's bytes (docs/decisions/0024).
+    own_script = models.TextField(blank=True, db_column="rendered_script",
+                                  help_text="the exact job script handed to the scheduler (blank: its array's)")
     submit_command = models.CharField(max_length=500, blank=True, help_text="the command that submits it, in the job directory")
     idempotency_key = models.CharField(max_length=128, null=True, blank=True)
 
@@ -94,6 +98,10 @@ class Job(models.Model):
     scheduler_id = models.CharField(max_length=64, blank=True, db_index=True)
     remote_dir = models.CharField(max_length=255, blank=True)
     account_username = models.CharField(max_length=32, blank=True)
+    # The identity it was rendered for at submit, so the dispatch reads it with the job's row instead of looking it
+    # up again (None where the backend logs in as no one, or the account was removed since: then it is looked up).
+    cluster_account = models.ForeignKey("clusters.ClusterAccount", null=True, blank=True, on_delete=models.SET_NULL,
+                                        related_name="+")
 
     # What happened
     state = models.CharField(max_length=12, choices=JobState.choices, default=JobState.QUEUED, db_index=True)
@@ -138,6 +146,18 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"Job {self.pk} {self.name} ({self.state})"
+
+    @property
+    def rendered_script(self) -> str:
+        """The exact job script handed to the scheduler (an array element's is its array's)."""
+        if self.own_script or self.array_index is None:
+            return self.own_script
+        group = self.group  # the group assigned in memory, or read once (the lists select it with the job)
+        return group.rendered_script if group is not None else ""
+
+    @rendered_script.setter
+    def rendered_script(self, script: str) -> None:
+        self.own_script = script
 
     @property
     def exit_text(self) -> str:
@@ -203,6 +223,7 @@ class JobGroup(models.Model):
     scheduler_name = models.CharField(max_length=63, blank=True)
     remote_dir = models.CharField(max_length=255, blank=True, help_text="the array's directory; element i runs in i/")
     scheduler_id = models.CharField(max_length=64, blank=True, help_text="the array's own id")
+    rendered_script = models.TextField(blank=True, help_text="the array's job script, which its elements share")
     # The API's Idempotency-Key, or the form's draft id: the same sweep asked for twice is recorded once.
     idempotency_key = models.CharField(max_length=128, null=True, blank=True)
 

@@ -54,8 +54,8 @@ def test_a_refused_job_in_a_batch_fails_alone(hpc_site, monkeypatch):
     jobs = [_submit(hpc_site, a100, f"mixed-{i}") for i in range(3)]
     # As if the scheduler's partition had gone away after the job was recorded: sbatch refuses that one job.
     refused = jobs[1]
-    Job.objects.filter(pk=refused.pk).update(
-        rendered_script=refused.rendered_script.replace("--partition=gpu", "--partition=nosuchpartition"))
+    Job.objects.filter(pk=refused.pk).update(  # the job's own script (the column `rendered_script`)
+        own_script=refused.rendered_script.replace("--partition=gpu", "--partition=nosuchpartition"))
 
     actions.dispatch_job(jobs[0].pk)
 

@@ -29,8 +29,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture(autouse=True)
-def _no_dispatch(monkeypatch):
-    # The jobs are handed to the "scheduler" by the test itself: no dispatch message may run them for real.
+def _no_dispatch(monkeypatch, no_live_worker):
+    # The jobs are handed to the "scheduler" by the test itself: no dispatch message may run them for real, and no
+    # live worker an earlier test left running may track them before the cycle this test counts.
     monkeypatch.setattr(submit_actions, "enqueue_on_commit", lambda *task: None)
 
 

@@ -169,7 +169,7 @@ def _job_body(n: int) -> dict:
             "script": f"echo job {n}\nsleep 1\n"}
 
 
-def test_two_minutes_of_concurrent_submits_with_the_worker_killed_midway_end_every_job_and_never_lock_the_database(
+def test_concurrent_submits_with_the_worker_killed_midway_end_every_job_and_never_lock_the_database(
     make_run,
 ):
     stack = make_run()
@@ -178,7 +178,7 @@ def test_two_minutes_of_concurrent_submits_with_the_worker_killed_midway_end_eve
     submitted: list[int] = []
     errors: list[str] = []
     lock = threading.Lock()
-    stop_at = time.monotonic() + 75
+    stop_at = time.monotonic() + 50
 
     def researcher(who: int) -> None:
         # Submits, then clicks around as a person watching would: the job, the list.
@@ -208,7 +208,7 @@ def test_two_minutes_of_concurrent_submits_with_the_worker_killed_midway_end_eve
         thread.start()
 
     # Halfway, the worker dies the hardest way: the launcher starts another and jobs go on completing.
-    time.sleep(35)
+    time.sleep(22)
     killed = stack.worker_pid()
     assert killed
     with lock:
@@ -247,7 +247,7 @@ def test_two_minutes_of_concurrent_submits_with_the_worker_killed_midway_end_eve
                                                   "raised unexpected", "Traceback")}
     assert not any(trouble.values()), trouble
     assert stack.proc.poll() is None
-    print(f"{len(submitted)} jobs submitted by 4 researchers in 75 s, all completed "
+    print(f"{len(submitted)} jobs submitted by 4 researchers in 50 s, all completed "
           f"{time.monotonic() - submits_ended:.0f} s after the last submit; the worker was killed after {before_kill}")
 
 

@@ -175,7 +175,7 @@ def _hand_over_jobs(jobs: list[Job]) -> dict[int, DispatchOutcome]:
     lease released for a retry (re-sent in 5 s; the first job's retry is its task's)."""
     first = jobs[0]
     try:
-        backend = backend_for(first.cluster, account_for(first.cluster, first.user, first.project))
+        backend = backend_for(first.cluster, _account(first))
     except (BackendError, TransportError, NoClusterAccount) as exc:
         return _record(jobs, {job.pk: exc for job in jobs})
     # Specs are built here, in the thread that owns the database connection; the channels only talk SSH.
@@ -203,15 +203,31 @@ def _record(jobs: list[Job], answers: dict) -> dict[int, DispatchOutcome]:
     outcomes: dict[int, DispatchOutcome] = {}
     retry_later: list[int] = []
     with transaction.atomic():
-        locked = locks.dispatched([job.pk for job in jobs])
         now = timezone.now()
         moves = []
-        for job in locked:
+        for job in jobs:
+            answer = answers[job.pk]
+            if not isinstance(answer, Exception):
+                submitted, found = answer
+                after = " (found after a lost reply)" if found else ""
+                moves.append(transitions.Move(job, JobState.PENDING, f"scheduler id {submitted}{after}", {
+                    "scheduler_id": submitted, "submitted_at": now, "dispatch_lease_until": None, "last_seen_at": now}))
+        # The ids: one compare-and-swap for all (a job that left SUBMITTING meanwhile records nothing).
+        made = {move.job.pk for move in transitions.transition_each_if(moves, JobState.SUBMITTING)}
+        for move in moves:
+            job, (submitted, found) = move.job, answers[move.job.pk]
+            if job.pk in made:
+                outcomes[job.pk] = DispatchOutcome("found" if found else "submitted", submitted)
+                if job.cancel_requested_at is not None:
+                    enqueue_on_commit(CANCEL_JOB, job.pk)
+            else:
+                state = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first()
+                log.error("job %s left SUBMITTING while being submitted (now %s, id %s)", job.pk, state, submitted)
+                outcomes[job.pk] = DispatchOutcome("skipped", f"job is {state}")
+        failed = [job.pk for job in jobs if isinstance(answers[job.pk], Exception)]
+        for job in locks.dispatched(failed) if failed else []:
             answer = answers[job.pk]
             if job.state != JobState.SUBMITTING:
-                if not isinstance(answer, Exception):
-                    log.error("job %s left SUBMITTING while being submitted (now %s, id %s)", job.pk, job.state,
-                              answer[0])
                 outcomes[job.pk] = DispatchOutcome("skipped", f"job is {job.state}")
             elif isinstance(answer, DataRefused):
                 transitions.transition(job, JobState.FAILED, reason=f"the job's data could not be staged: {answer}",
@@ -221,23 +237,13 @@ def _record(jobs: list[Job], answers: dict) -> dict[int, DispatchOutcome]:
                 transitions.transition(job, JobState.FAILED, reason=f"the scheduler refused the job: {answer}",
                                        ended_at=now)
                 outcomes[job.pk] = DispatchOutcome("refused", str(answer))
-            elif isinstance(answer, Exception):
+            else:
                 # Release the lease so the retry (or the recovery sweep) may take over at once.
                 transitions.update([job], dispatch_lease_until=None,
                                    state_reason=f"could not reach the scheduler yet, will retry: {answer}")
                 outcomes[job.pk] = DispatchOutcome("retry", str(answer))
                 if job.pk != jobs[0].pk:
                     retry_later.append(job.pk)
-            else:
-                submitted, found = answer
-                after = " (found after a lost reply)" if found else ""
-                moves.append(transitions.Move(job, JobState.PENDING, f"scheduler id {submitted}{after}", {
-                    "scheduler_id": submitted, "submitted_at": now, "dispatch_lease_until": None, "last_seen_at": now}))
-                outcomes[job.pk] = DispatchOutcome("found" if found else "submitted", submitted)
-        transitions.transition_each(moves)
-        for move in moves:
-            if move.job.cancel_requested_at is not None:
-                enqueue_on_commit(CANCEL_JOB, move.job.pk)
         for job_id in retry_later:
             enqueue_on_commit(DISPATCH_JOB, job_id, countdown=5)
     return outcomes
@@ -258,6 +264,8 @@ def dispatch_array(group_id: int) -> DispatchOutcome:
         return refused
     group = JobGroup.objects.get(pk=group_id)
     jobs.sort(key=lambda j: j.array_index)
+    for job in jobs:
+        job.group = group  # whose script the elements share
     spec = build_array_spec(jobs, group.scheduler_name, group.remote_dir)
     return _hand_over(_Handover(jobs[0], spec, attempts, group_id=group_id))
 
@@ -284,7 +292,7 @@ def _lease(waiting: list[Job], noun: str, *, nothing: str) -> tuple[DispatchOutc
 def _hand_over(handover: _Handover) -> DispatchOutcome:
     first = handover.first
     try:
-        backend = backend_for(first.cluster, account_for(first.cluster, first.user, first.project))
+        backend = backend_for(first.cluster, _account(first))
         existing = backend.find(handover.spec) if handover.attempts > 1 else None
         if not existing:
             spec = _staged(backend, handover)
@@ -313,27 +321,38 @@ def _hand_over(handover: _Handover) -> DispatchOutcome:
         return DispatchOutcome("retry", str(exc))
 
     with transaction.atomic():
-        if handover.group_id is not None:
-            JobGroup.objects.filter(pk=handover.group_id).update(scheduler_id=submitted)
-        locked = handover.locked()
-        submitting = [j for j in locked if j.state == JobState.SUBMITTING]
-        if handover.group_id is None and not submitting:
-            log.error("job %s left SUBMITTING while being submitted (now %s, id %s)", first.pk, locked[0].state, submitted)
-            return DispatchOutcome("skipped", f"job is {locked[0].state}")
-        for job in submitting:
-            job.scheduler_id = handover.scheduler_id(backend, submitted, job)
         now = timezone.now()
-        transitions.transition_many(submitting, JobState.PENDING, also=["scheduler_id"],
-                                    reason=handover.recorded_reason(submitted, bool(existing)),
-                                    submitted_at=now, dispatch_lease_until=None, last_seen_at=now)
+        pending = {"reason": handover.recorded_reason(submitted, bool(existing)), "submitted_at": now,
+                   "dispatch_lease_until": None, "last_seen_at": now}
+        if handover.group_id is None:
+            # A compare-and-swap in one statement (lock, check, move, event): if the job left SUBMITTING meanwhile
+            # (an attempt that took over after the lease ran out recorded it), this one records nothing.
+            if not transitions.transition_if(first, JobState.SUBMITTING, JobState.PENDING,
+                                             scheduler_id=submitted, **pending):
+                state = Job.objects.filter(pk=first.pk).values_list("state", flat=True).first()
+                log.error("job %s left SUBMITTING while being submitted (now %s, id %s)", first.pk, state, submitted)
+                return DispatchOutcome("skipped", f"job is {state}")
+            submitting, dropped = [first], []
+        else:
+            JobGroup.objects.filter(pk=handover.group_id).update(scheduler_id=submitted)
+            submitting = [j for j in handover.locked() if j.state == JobState.SUBMITTING]
+            for job in submitting:
+                job.scheduler_id = handover.scheduler_id(backend, submitted, job)
+            transitions.transition_many(submitting, JobState.PENDING, also=["scheduler_id"], **pending)
+            dropped = list(Job.objects.filter(group_id=handover.group_id, state=JobState.CANCELLED, scheduler_id=""))
         cancel_wanted = [job.pk for job in submitting if job.cancel_requested_at is not None]
-        dropped = [] if handover.group_id is None else list(
-            Job.objects.filter(group_id=handover.group_id, state=JobState.CANCELLED, scheduler_id=""))
     for job_id in cancel_wanted:
         enqueue(CANCEL_JOB, job_id)
     for job in dropped:
         _delete_dropped_element(backend, job, submitted)
     return DispatchOutcome("found" if existing else "submitted", submitted)
+
+
+def _account(job: Job):
+    """Whom the job runs as: the account it was rendered for at submit (read with the job's row), else looked up."""
+    if job.cluster_account_id is not None:
+        return job.cluster_account
+    return account_for(job.cluster, job.user, job.project)
 
 
 def _staged(backend, handover: _Handover) -> JobSpec:

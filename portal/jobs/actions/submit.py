@@ -12,11 +12,8 @@ from dataclasses import dataclass, field
 
 from django.db import IntegrityError, transaction
 
-from portal.audit.actions import record
 from portal.budgets import actions as budgets
 from portal.budgets.display import amount_text
-from portal.budgets.models import Budget
-from portal.budgets.queries import budget_of
 from portal.clusters.connect import NoClusterAccount, account_for, job_dir, renderer_for
 from portal.enqueue import DISPATCH_JOB, enqueue_on_commit
 from portal.jobs import transitions
@@ -44,7 +41,6 @@ class Submission:
     estimate: budgets.Money | None
     created: bool = True
     warnings: list[str] = field(default_factory=list)
-    budget: Budget | None = None  # the project's budget as read while preparing (None: it has none)
 
     @classmethod
     def recorded(cls, job: Job) -> Submission:
@@ -84,22 +80,21 @@ def prepare_job(user, req: JobRequest, *, require_account: bool = True) -> Submi
         walltime_seconds=walltime, launcher=launcher, script=script, template=req.template,
         procs_per_node=req.procs_per_node, working_directory=req.working_directory, notebook=req.notebook,
         parameters=req.parameters or {}, env=req.env or {}, scheduler_name=name, remote_dir=job_dir(cluster, name),
-        account_username=account.username if account else "",
+        account_username=account.username if account else "", cluster_account=account,
     )
     job.attached_datasets = attached
     job.rendered_script, job.submit_command = rendered(renderer_for(cluster), build_spec(job, group=allocation.group),
                                                        req.edited_script)
 
-    estimate, budget = None, budget_of(req.project)
+    estimate = None
     if hw is not None:
-        unit = budget.unit if budget else hw.rate_unit
+        unit = allocation.budget_unit or hw.rate_unit  # priced in the budget's unit, where the project has one
         try:
             estimate = budgets.cost(hw.rate, hw.rate_unit, req.nodes, walltime, unit)
         except budgets.NoConversion as exc:
             raise SubmitError(str(exc), field="hardware") from None
         job.estimate_amount, job.estimate_unit = estimate.amount, estimate.unit
-    return Submission(job=job, script=job.rendered_script, estimate=estimate, created=False, warnings=warnings,
-                      budget=budget)
+    return Submission(job=job, script=job.rendered_script, estimate=estimate, created=False, warnings=warnings)
 
 
 def submit_job(user, req: JobRequest, *, dry_run: bool = False, idempotency_key: str | None = None) -> Submission:
@@ -119,8 +114,9 @@ def submit_job(user, req: JobRequest, *, dry_run: bool = False, idempotency_key:
     job.idempotency_key = idempotency_key or None
     try:
         with transaction.atomic():
-            record_jobs([job], user, reason="submitted", dispatch=[job])
-            record("job.submit", actor=user, project=job.project, target=job, estimate=str(job.estimate_amount))
+            # The audit row goes in with the job and its first event (one statement on PostgreSQL).
+            balance = record_jobs([job], user, reason="submitted", dispatch=[job], audit={
+                "action": "job.submit", "project": job.project, "data": {"estimate": str(job.estimate_amount)}})
     except IntegrityError:
         # Two requests with the same idempotency key or form id raced: the first one won.
         existing = Job.objects.filter(user=user, idempotency_key=idempotency_key).first() if idempotency_key else None
@@ -129,31 +125,34 @@ def submit_job(user, req: JobRequest, *, dry_run: bool = False, idempotency_key:
             raise
         return Submission.recorded(existing)
     return Submission(job, job.rendered_script, prepared.estimate, created=True,
-                      warnings=_budget_warnings(job.project, prepared.budget))
+                      warnings=_budget_warnings(job.project, balance))
 
 
-def record_jobs(jobs: list[Job], user, *, reason: str, dispatch: list[Job]) -> None:
-    """Save prepared jobs of one project with their first events and one reservation for all of them (all fit a
-    strict budget or none is recorded), and dispatch `dispatch` once committed. In a transaction."""
-    transitions.record_new(jobs, reason=reason, actor=user)
+def record_jobs(jobs: list[Job], user, *, reason: str, dispatch: list[Job],
+                audit: dict | None = None) -> budgets.BudgetSummary | None:
+    """Save prepared jobs of one project with their first events (and an audit row each, with `audit`: record's
+    action, project and data) and one reservation for all of them (all fit a strict budget or none is recorded),
+    and dispatch `dispatch` once committed. In a transaction. The project's budget after the reservation (None: it
+    has none, or nothing was priced)."""
+    transitions.record_new(jobs, reason=reason, actor=user, audit=audit)
     for job in jobs:
         if getattr(job, "attached_datasets", None):
             job.datasets.set(job.attached_datasets)
     project = jobs[0].project
     try:
-        budgets.reserve_many(project, [(j, j.estimate_amount) for j in jobs if j.estimate_amount is not None],
-                             actor=user)
+        balance = budgets.reserve_many(project, [(j, j.estimate_amount) for j in jobs if j.estimate_amount is not None],
+                                       actor=user)
     except budgets.BudgetExceeded as exc:
         raise BudgetRefused(str(exc), field="walltime") from None
     for job in dispatch:
         enqueue_on_commit(DISPATCH_JOB, job.pk)
+    return balance
 
 
-def _budget_warnings(project: Project, budget: Budget | None) -> list[str]:
-    """A soft budget's overspend. `budget` as prepare_job read it: a strict one (or none) needs no query at all."""
-    if budget is None or budget.strict:  # a strict budget refuses instead of warning
+def _budget_warnings(project: Project, balance: budgets.BudgetSummary | None) -> list[str]:
+    """A soft budget's overspend, from the balance the reservation returned (no query of its own)."""
+    if balance is None or balance.strict:  # a strict budget refuses instead of warning
         return []
-    summary = budgets.summary(budget)
-    if summary.available < 0:
-        return [f"project {project.slug} is over its (soft) budget by {amount_text(-summary.available)} {summary.unit}"]
+    if balance.available < 0:
+        return [f"project {project.slug} is over its (soft) budget by {amount_text(-balance.available)} {balance.unit}"]
     return []

@@ -7,6 +7,7 @@ and cancel, and the whole sweep fits the budget or none of it is recorded.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import uuid as uuid_mod
@@ -141,11 +142,9 @@ def _sibling(first: Submission, name: str, parameters: dict[str, Any], *, render
              scheduler_group: str) -> Submission:
     """Another point of a sweep: the first point's checked job with its own name, parameters and ids (and its own
     script, unless it becomes an element of an array whose one script is rendered later)."""
-    job = Job(**{f.attname: getattr(first.job, f.attname) for f in Job._meta.concrete_fields
-                 if f.name not in {"id", "uuid"}})
-    # The related rows the first point already loaded: no query per point.
-    job.project, job.user, job.cluster = first.job.project, first.job.user, first.job.cluster
-    job.hardware, job.software = first.job.hardware, first.job.software
+    # A copy of the unsaved first point (Django copies its state and the related rows it already loaded: no query
+    # per point), not a model built from 50 keyword arguments per point (a 1,000-point sweep's Python time).
+    job = copy.copy(first.job)
     job.attached_datasets = getattr(first.job, "attached_datasets", [])
     job.uuid = uuid_mod.uuid4()
     job.name, job.parameters = name, parameters
@@ -226,6 +225,7 @@ def _make_array(group: JobGroup, jobs: list[Job], edited_script: str | None) -> 
         job.remote_dir = element_dir(group.remote_dir, index)
     spec = build_array_spec(jobs, group.scheduler_name, group.remote_dir)
     script, command = rendered(renderer_for(cluster), spec, edited_script)
+    group.rendered_script = script  # kept once, by the group: its elements' rendered_script reads it
     for job in jobs:
-        job.rendered_script, job.submit_command = script, command
+        job.group, job.own_script, job.submit_command = group, "", command
     return script

@@ -15,11 +15,12 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, Subquery
 
 from backends.base import Backend, InvalidJobSpec, JobSpec, Reach
 from backends.safety import bash_syntax_error, check_env, check_job_name, check_path
 from backends.script import hms
+from portal.budgets.models import Budget
 from portal.catalog import job_templates
 from portal.catalog.models import HardwareType, Software
 from portal.catalog.queries import software_providing
@@ -117,9 +118,11 @@ def granted_allocation(req: JobRequest) -> tuple[Cluster, HardwareType | None, A
     chosen = Allocation.hardware.through.objects.filter(allocation=OuterRef("pk"))
     unused = Allocation.unused_hardware.through.objects.filter(allocation=OuterRef("pk"))
     hw_pk = req.hardware.pk if req.hardware else None
+    # The project budget's unit (None: it has none) too, in which the estimate is priced.
+    budget_unit = Budget.objects.filter(project_id=OuterRef("project_id")).values("unit")[:1]
     allocation = (Allocation.objects.filter(project=req.project, cluster=cluster)
                   .annotate(restricted=Exists(chosen), allows=Exists(chosen.filter(hardwaretype=hw_pk)),
-                            switched_off=Exists(unused.filter(hardwaretype=hw_pk)))
+                            switched_off=Exists(unused.filter(hardwaretype=hw_pk)), budget_unit=Subquery(budget_unit))
                   .first())
     if allocation is None:
         raise SubmitError(f"project {req.project.slug} has no allocation on {cluster.name}", field="hardware")
