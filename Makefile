@@ -75,6 +75,7 @@ bench: dev-venv cluster-harness
 	$(BIN)/python -m bench.staging
 	$(BIN)/python -m bench.cloud
 	$(BIN)/python -m bench.pages
+	$(BIN)/python -m bench.throughput
 
 clean:
 	rm -rf var

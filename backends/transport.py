@@ -335,9 +335,11 @@ class _Connection:
             try:
                 chan = client.get_transport().open_session(timeout=timeout)
             except (paramiko.SSHException, OSError, AttributeError) as exc:
-                # A connection the login node closed behind our back: reopen once.
+                # A connection the login node closed behind our back: reopen once. Only if no other thread (another
+                # channel of the same dispatch) reopened it meanwhile: dropping that one would fail its commands too.
                 with self.lock:
-                    self._drop()
+                    if self.client is client:
+                        self._drop()
                 if attempt == 2:
                     raise TransportError(f"SSH channel to {self.spec.host} failed: {exc}") from None
                 continue

@@ -23,14 +23,15 @@ TASKS = (DISPATCH_JOB, CANCEL_JOB, FETCH_OUTPUT, RECORD_HEALTH_CHECK, VERIFY_ACC
          SEND_NOTIFICATION_EMAIL)
 
 
-def enqueue(task: str, *args: object) -> None:
-    """Send the task now (outside a transaction, or when what it reads is committed already)."""
+def enqueue(task: str, *args: object, countdown: float | None = None) -> None:
+    """Send the task now (outside a transaction, or when what it reads is committed already), to run at once or
+    `countdown` seconds later."""
     if current_app.conf.task_always_eager:
         # Run it here and now (CELERY_TASK_ALWAYS_EAGER): the task modules must be loaded for that.
         current_app.loader.import_default_modules()
-    current_app.signature(task, args=args).delay()
+    current_app.signature(task, args=args).apply_async(countdown=countdown)
 
 
-def enqueue_on_commit(task: str, *args: object) -> None:
+def enqueue_on_commit(task: str, *args: object, countdown: float | None = None) -> None:
     """Send the task once the current transaction commits (at once outside one); nothing if it rolls back."""
-    transaction.on_commit(lambda: enqueue(task, *args))
+    transaction.on_commit(lambda: enqueue(task, *args, countdown=countdown))

@@ -43,6 +43,16 @@ def env_int(name: str, default: int) -> int:
         raise EnvError(f"{name}={raw!r} is not an integer") from None
 
 
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise EnvError(f"{name}={raw!r} is not a number") from None
+
+
 def env_list(name: str, default: list[str] | None = None) -> list[str]:
     raw = os.environ.get(name)
     if raw is None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.env import env_bool, env_choices, env_int, env_list, env_str, env_url
+from portal.env import env_bool, env_choices, env_float, env_int, env_list, env_str, env_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("KAKEHASHI_VAR_DIR", str(BASE_DIR / "var")))
@@ -140,10 +140,11 @@ TEMPLATES = [
 DATABASES = {
     "default": dj_database_url.parse(
         env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'kakehashi.sqlite3'}"),
-        # Seconds a connection is kept for the next request (docker-compose: 60). 0 opens one per request: a new
-        # PostgreSQL backend each time, with its caches cold (bench/pages.py measures both). A kept connection is
-        # checked before it is reused, so a restarted database costs one error-free reconnect, not a 500.
-        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 0),
+        # Seconds a connection is kept for the next request: production keeps each process's (a new one is a
+        # PostgreSQL backend forked and authenticated, its caches cold: a few ms of both cores per request, README
+        # "Centre scale", bench/pages.py and bench/throughput.py measure both); 0 opens one per request. A kept
+        # connection is checked before it is reused, so a restarted database costs a reconnect, not a 500.
+        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 300 if PRODUCTION else 0),
         conn_health_checks=env_bool("DATABASE_CONN_HEALTH_CHECKS", True),
     )
 }
@@ -314,6 +315,10 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Celery's Django fix-up closes the database connection before and after every task unless this is set: then a
+# task costs a PostgreSQL backend forked and authenticated. workers/celery.py applies Django's own rule instead (as
+# per web request: DATABASE_CONN_MAX_AGE, and a connection that failed is dropped), so this only has to be large.
+CELERY_DB_REUSE_MAX = 1_000_000
 
 # How often the tracker asks each scheduler about its active jobs, and the other periodic sweeps.
 KAKEHASHI_TRACK_INTERVAL = env_int("KAKEHASHI_TRACK_INTERVAL", 5)
@@ -344,6 +349,12 @@ KAKEHASHI_SSH_TIMEOUT = env_int("KAKEHASHI_SSH_TIMEOUT", 30)
 # Dispatches to one cluster in flight at once, over all workers: a login node that answers slowly then holds at most
 # this many worker processes, and the other clusters keep the rest (keep it below the workers' --concurrency).
 KAKEHASHI_CLUSTER_TASK_SLOTS = env_int("KAKEHASHI_CLUSTER_TASK_SLOTS", 2)
+# A task that finds its cluster's slots taken asks again this many seconds later (without holding a worker).
+KAKEHASHI_SLOT_RETRY_SECONDS = env_float("KAKEHASHI_SLOT_RETRY_SECONDS", 0.25)
+# One dispatch takes along up to this many jobs queued for the same account (cluster, owner, project) and submits
+# them over up to KAKEHASHI_SSH_CHANNELS concurrent channels of its one connection (OpenSSH's MaxSessions is 10).
+KAKEHASHI_DISPATCH_BATCH = env_int("KAKEHASHI_DISPATCH_BATCH", 16)
+KAKEHASHI_SSH_CHANNELS = env_int("KAKEHASHI_SSH_CHANNELS", 8)
 # How long a submit attempt owns a job before another attempt may take over (it then looks before submitting).
 KAKEHASHI_DISPATCH_LEASE_SECONDS = env_int("KAKEHASHI_DISPATCH_LEASE_SECONDS", 2 * KAKEHASHI_SSH_TIMEOUT + 30)
 KAKEHASHI_REPORTING_UNIT = env_str("KAKEHASHI_REPORTING_UNIT", "JPY")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from celery.signals import task_postrun, task_prerun
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -12,6 +13,20 @@ app = Celery("kakehashi")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["portal.jobs", "portal.usage", "portal.clusters", "portal.storage",
                         "portal.notifications"])
+
+
+@task_prerun.connect
+@task_postrun.connect
+def _database_connections_as_per_request(task=None, **_: object) -> None:  # noqa: ANN001 - Celery's signal
+    """What Django does around a web request, around a task: drop a connection that failed or is older than
+    DATABASE_CONN_MAX_AGE (0, the default outside production: every task), keep it otherwise (settings:
+    CELERY_DB_REUSE_MAX keeps Celery's own fix-up from closing it every time). Not for a task run inline (eager):
+    that is the caller's connection, maybe inside its transaction."""
+    if task is None or getattr(task.request, "is_eager", False):
+        return
+    from django.db import close_old_connections
+
+    close_old_connections()
 
 
 @app.on_after_finalize.connect

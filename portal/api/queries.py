@@ -28,7 +28,7 @@ def projects_with_role(user) -> QuerySet[Project]:
 
 
 def project_or_404(user, slug: str, *, field: str | None = None) -> Project:
-    project = access.visible_projects(user).filter(slug=slug).first() if isinstance(slug, str) else None
+    project = access.with_membership(user, slug) if isinstance(slug, str) else None
     if project is None:
         raise NotFound(f"project {slug!r} not found (or you are not a member of it)", field=field)
     return project

@@ -395,6 +395,12 @@ class SubmissionSerializer(JobSerializer):
     def get_warnings(self, job: Job) -> list[str]:
         return self.context["submission"].warnings
 
+    @extend_schema_field(ArtifactSerializer(many=True))
+    def get_outputs(self, job: Job) -> list[dict[str, Any]]:
+        if self.context["submission"].created:
+            return []  # recorded by this very request: nothing has run yet (a query saved per submit)
+        return super().get_outputs(job)
+
     @extend_schema_field(BudgetAfterSerializer(allow_null=True))
     def get_budget(self, job: Job) -> dict[str, Any] | None:
         after = self.context.get("budget_after")

@@ -8,7 +8,9 @@ transaction.
 
 from __future__ import annotations
 
-from django.db.models import Exists, OuterRef, Subquery
+from collections.abc import Sequence
+
+from django.db.models import Case, Exists, OuterRef, Q, Subquery, Value, When
 
 from portal.clusters.models import Allocation
 from portal.jobs.models import Job, JobOutput, JobState
@@ -20,12 +22,49 @@ def job(job_id: int, *, for_dispatch: bool = False) -> Job:
     attached as `has_datasets`) and the cluster account it runs as to the same statement."""
     jobs = Job.objects.select_for_update(of=("self",)).select_related("project", "cluster", "hardware")
     if for_dispatch:
-        group = Allocation.objects.filter(project=OuterRef("project_id"), cluster=OuterRef("cluster_id")).values("group")
-        # Whether it has datasets to stage, in the same statement: most jobs have none and need no query for them.
-        attached = Job.datasets.through.objects.filter(job_id=OuterRef("pk"))
-        jobs = jobs.select_related("user", "software", "cluster_account").annotate(allocation_group=Subquery(group[:1]),
-                                                                has_datasets=Exists(attached))
+        jobs = _for_dispatch(jobs)
     return jobs.get(pk=job_id)
+
+
+def _for_dispatch(jobs):
+    group = Allocation.objects.filter(project=OuterRef("project_id"), cluster=OuterRef("cluster_id")).values("group")
+    # Whether it has datasets to stage, in the same statement: most jobs have none and need no query for them.
+    attached = Job.datasets.through.objects.filter(job_id=OuterRef("pk"))
+    return jobs.select_related("user", "software", "cluster_account").annotate(
+        allocation_group=Subquery(group[:1]), has_datasets=Exists(attached))
+
+
+def job_and_queued_siblings(job_id: int, limit: int, kinds: Sequence[str]) -> list[Job]:
+    """The job first (as `job(for_dispatch=True)` reads it), then up to `limit - 1` other QUEUED jobs that run as
+    the same account on the same cluster (same cluster, owner and project; a cluster of one of `kinds`; no sweep
+    array element, no datasets to stage), in pk order: one statement. Rows another transaction holds are skipped,
+    the job's own too: [] then, and the caller waits for the job alone with `job`."""
+    one = Job.objects.filter(pk=job_id)
+    siblings = Q(
+        state=JobState.QUEUED, array_index__isnull=True, has_datasets=False, cluster__kind__in=list(kinds),
+        cluster_id=Subquery(one.values("cluster_id")), user_id=Subquery(one.values("user_id")),
+        project_id=Subquery(one.values("project_id")),
+    )
+    jobs = _for_dispatch(Job.objects.select_for_update(of=("self",), skip_locked=True)
+                         .select_related("project", "cluster", "hardware"))
+    rows = list(jobs.filter(Q(pk=job_id) | siblings)
+                .order_by(Case(When(pk=job_id, then=Value(0)), default=Value(1)), "pk")[:max(limit, 1)])
+    return rows if rows and rows[0].pk == job_id else []
+
+
+def queued_of(cluster_id: int, user_id: int, project_id: int, limit: int) -> list[Job]:
+    """Up to `limit` QUEUED jobs of this account (cluster, owner, project) that `job_and_queued_siblings` would take
+    along, locked, skipping rows another transaction holds, in pk order."""
+    jobs = _for_dispatch(Job.objects.select_for_update(of=("self",), skip_locked=True)
+                         .select_related("project", "cluster", "hardware"))
+    return list(jobs.filter(state=JobState.QUEUED, array_index__isnull=True, has_datasets=False, cluster_id=cluster_id,
+                            user_id=user_id, project_id=project_id).order_by("pk")[:limit])
+
+
+def dispatched(job_ids: Sequence[int]) -> list[Job]:
+    """Jobs one dispatch handed over, in pk order, to record what the scheduler answered."""
+    return list(Job.objects.select_for_update(of=("self",)).select_related("project", "cluster", "hardware")
+                .filter(pk__in=list(job_ids)).order_by("pk"))
 
 
 # What a tracking cycle's decisions and transitions read and write of a job (tracking.py, transitions.

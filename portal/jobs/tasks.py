@@ -12,21 +12,31 @@ from contextlib import contextmanager
 from celery import current_app, shared_task
 from django.conf import settings
 from django.core.cache import cache
+from django.utils import timezone
 
 from portal.jobs import actions, outputs, tracking
-from portal.jobs.models import TRACKED_STATES, Job
+from portal.jobs.models import TRACKED_STATES, Job, JobState
 
 log = logging.getLogger(__name__)
 
 
 @shared_task(bind=True, max_retries=None)
 def dispatch_job_task(self, job_id: int) -> str:
-    cluster_id = Job.objects.filter(pk=job_id).values_list("cluster_id", flat=True).first()
+    row = Job.objects.filter(pk=job_id).values_list("cluster_id", "state", "array_index", "dispatch_lease_until").first()
+    cluster_id, state, array_index, lease = row or (None, None, None, None)
+    if array_index is None and state is not None:
+        # Taken along by another job's dispatch meanwhile (docs/decisions/0022), or done: no slot needed to say
+        # so. Whoever holds the lease records it; if that worker dies, the recovery sweep sends it again.
+        if state not in {JobState.QUEUED, JobState.SUBMITTING}:
+            return "skipped"
+        if state == JobState.SUBMITTING and lease is not None and lease > timezone.now():
+            return "busy"
     with cluster_slot(cluster_id) as slot:
         if not slot:
             # The cluster has its share of the workers already (a slow login node, or a burst): ask again in a
-            # moment without holding a worker meanwhile, so other clusters' jobs go ahead.
-            dispatch_job_task.apply_async((job_id,), countdown=1)
+            # moment without holding a worker meanwhile, so other clusters' jobs go ahead. The slot's holder takes
+            # along what is queued for the same account, so this job is usually gone by then.
+            dispatch_job_task.apply_async((job_id,), countdown=settings.KAKEHASHI_SLOT_RETRY_SECONDS)
             return "deferred"
         outcome = actions.dispatch_job(job_id)
     if outcome.status == "retry":
@@ -87,15 +97,30 @@ def recover_stale_jobs_task() -> list[int]:
 
 @shared_task(bind=True, max_retries=5)
 def cancel_job_task(self, job_id: int) -> str:
-    try:
-        return actions.cancel_on_scheduler(job_id)
-    except Exception as exc:  # noqa: BLE001 - any transport trouble: retry, the request is on record
-        raise self.retry(exc=exc, countdown=5) from None
+    # A cancel is a command on the login node like a dispatch: it takes one of the cluster's slots too, so a slow
+    # login node holds no more workers with cancels than with submits (a deferral is not a retry: no count).
+    with cluster_slot(_cluster_of(job_id)) as slot:
+        if not slot:
+            cancel_job_task.apply_async((job_id,), countdown=settings.KAKEHASHI_SLOT_RETRY_SECONDS)
+            return "deferred"
+        try:
+            return actions.cancel_on_scheduler(job_id)
+        except Exception as exc:  # noqa: BLE001 - any transport trouble: retry, the request is on record
+            raise self.retry(exc=exc, countdown=5) from None
 
 
 @shared_task
 def fetch_output_task(job_id: int) -> dict:
-    return outputs.fetch_output(job_id)
+    # Reading a finished job's files goes to its login node as well: bounded by the same slots.
+    with cluster_slot(_cluster_of(job_id)) as slot:
+        if not slot:
+            fetch_output_task.apply_async((job_id,), countdown=settings.KAKEHASHI_SLOT_RETRY_SECONDS)
+            return {"deferred": True}
+        return outputs.fetch_output(job_id)
+
+
+def _cluster_of(job_id: int) -> int | None:
+    return Job.objects.filter(pk=job_id).values_list("cluster_id", flat=True).first()
 
 
 @shared_task

@@ -22,7 +22,7 @@ from portal.audit.actions import record, record_each_sql
 from portal.budgets import actions as budgets
 from portal.catalog import job_templates
 from portal.jobs import events
-from portal.jobs.models import ALLOWED_TRANSITIONS, FINAL_STATES, IllegalTransition, Job, JobState
+from portal.jobs.models import ALLOWED_TRANSITIONS, FINAL_STATES, IllegalTransition, Job, JobEvent, JobState
 from portal.notifications import actions as notifications
 from portal.notifications.models import Kind
 
@@ -252,6 +252,58 @@ def transition_if(job: Job, from_state: str, to: str, *, reason: str, actor=None
     for name, value in fields.items():
         setattr(job, name, value)
     return True
+
+
+def transition_each_if(moves: Sequence[Move], from_state: str) -> list[Move]:
+    """`transition_if` for many jobs the caller has not locked, each to its own state with its own reason and
+    fields (the same field names for all): those still in `from_state` move, with their events, in one statement on
+    PostgreSQL (the UPDATE's WHERE locks each row and checks its newest version). Returns the moves made, each job's
+    `cancel_requested_at` refreshed from its row. Moves that end nothing only."""
+    if not moves:
+        return []
+    if any(move.to in FINAL_STATES for move in moves):
+        raise ValueError("endings go through transition(), one job at a time")
+    for move in moves:
+        if move.to not in ALLOWED_TRANSITIONS[from_state]:
+            raise IllegalTransition(f"job {move.job.pk}: {from_state} → {move.to} is not an allowed transition")
+    if connection.vendor != "postgresql":  # `make run`'s SQLite: one compare-and-swap each
+        return [move for move in moves
+                if transition_if(move.job, from_state, move.to, reason=move.reason, **move.fields)]
+    now = timezone.now()
+    names = ["state", "state_reason", "updated_at", *moves[0].fields]
+    fields = [Job._meta.pk] + [Job._meta.get_field(name) for name in names]
+    types = [Job._meta.pk.rel_db_type(connection)] + [field.db_type(connection) for field in fields[1:]]
+    rows = [[move.job.pk, str(move.to), move.reason, now, *(_plain(move.fields[name]) for name in names[3:])]
+            for move in moves]
+    quote, table = connection.ops.quote_name, connection.ops.quote_name(Job._meta.db_table)
+    column = {name: quote(Job._meta.get_field(name).column) for name in ("state", "state_reason", "cancel_requested_at")}
+    pk = quote(Job._meta.pk.column)
+    columns = ", ".join(quote(field.column) for field in fields)
+    arrays = ", ".join(f"%s::{db_type}[]" for db_type in types)
+    assignments = ", ".join(f"{quote(field.column)} = v.{quote(field.column)}" for field in fields[1:])
+    event = {name: quote(JobEvent._meta.get_field(name).column) for name in ("job", "from_state", "to_state", "at",
+                                                                              "reason", "actor")}
+    sql = (  # Identifiers come from the models' own meta; every value is a bound parameter.
+        f"WITH v AS (SELECT * FROM unnest({arrays}) AS v({columns})), "  # noqa: S608
+        f"moved AS (UPDATE {table} SET {assignments} FROM v WHERE {table}.{pk} = v.{pk} AND {table}.{column['state']} = %s "
+        f"RETURNING {table}.{pk} AS id, {table}.{column['cancel_requested_at']} AS cancelled, v.{column['state']} AS to_state, "
+        f"v.{column['state_reason']} AS reason), "
+        f"events AS (INSERT INTO {quote(JobEvent._meta.db_table)} ({', '.join(event.values())}) "
+        f"SELECT id, %s::varchar, to_state, %s::timestamptz, left(reason, {events.MAX_REASON}), NULL FROM moved) "
+        f"SELECT id, cancelled FROM moved")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [list(values) for values in zip(*rows, strict=True)] + [str(from_state), str(from_state), now])
+        moved = dict(cursor.fetchall())
+    made = []
+    for move in moves:
+        if move.job.pk in moved:
+            job = move.job
+            job.state, job.state_reason, job.updated_at = move.to, move.reason, now
+            job.cancel_requested_at = moved[job.pk]
+            for name, value in move.fields.items():
+                setattr(job, name, value)
+            made.append(move)
+    return made
 
 
 def note(job: Job, reason: str, *, actor=None, **fields: Any) -> None:

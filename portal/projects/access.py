@@ -29,7 +29,25 @@ def projects_where(user, permission: str) -> QuerySet[Project]:
 def membership(user, project: Project) -> Membership | None:
     if not getattr(user, "is_authenticated", False):
         return None
+    known = getattr(project, "_memberships", None)  # read with the project in the same query (`with_membership`)
+    if known is not None and user.pk in known:
+        return known[user.pk]
     return Membership.objects.filter(user=user, project=project).first()
+
+
+def with_membership(user, slug: str) -> Project | None:
+    """The project `slug` if `user` may see it (as `visible_projects`), read with the user's membership in one
+    query, so the permission check after it needs none."""
+    if not getattr(user, "is_authenticated", False):
+        return None
+    if user.is_staff:
+        return Project.objects.filter(slug=slug).first()
+    member = Membership.objects.select_related("project").filter(user=user, project__slug=slug).first()
+    if member is None:
+        return None
+    project = member.project
+    project._memberships = {user.pk: member}
+    return project
 
 
 def can(user, project: Project, permission: str) -> bool:

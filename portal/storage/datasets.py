@@ -146,8 +146,8 @@ def verify_dataset(dataset_id: int, user_id: int) -> str:
 def attachable(project: Project, names: object) -> list[Dataset]:
     """The project's ready datasets of these names, or StorageError naming the first that is not one (a dataset
     of another project reads as one that does not exist)."""
-    if names in (None, ""):
-        return []
+    if names in (None, "") or (isinstance(names, list | tuple) and not names):
+        return []  # most jobs have none: not even an (empty) query to build
     if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
         raise StorageError("datasets must be a list of dataset names", field="datasets")
     if len(set(names)) != len(names):

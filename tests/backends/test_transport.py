@@ -71,3 +71,21 @@ def test_files_are_read_over_sftp_from_an_offset(transport_for):
     assert transport.read_file("kakehashi-tests/read.txt") == b"hello world"
     assert transport.read_file("kakehashi-tests/read.txt", offset=6, limit=3) == b"wor"
     assert transport.read_file("kakehashi-tests/does-not-exist") == b""
+
+
+def test_commands_sent_at_once_from_several_threads_share_one_connection_as_channels(transport_for):
+    """What a worker process does when one dispatch submits several jobs (docs/decisions/0022): one login, channels."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    transport = transport_for("slurm", "alice")
+    transport.run(["true"])
+    client = transport._connection().client
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        # SSH_CONNECTION names the client's address and port: the same for every command on one connection.
+        answers = list(pool.map(lambda _: transport.run_shell('sleep 0.5; echo "$SSH_CONNECTION"'), range(8)))
+    elapsed = time.perf_counter() - started
+    assert all(answer.ok for answer in answers)
+    assert len({answer.stdout.strip() for answer in answers}) == 1
+    assert transport._connection().client is client
+    assert elapsed < 8 * 0.5 / 2, f"{elapsed:.1f} s for 8 half-second commands: they did not run side by side"

@@ -12,16 +12,20 @@ worker left behind.
 from __future__ import annotations
 
 import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import cache
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from backends.base import BackendError, DataRefused, JobSpec, SubmitRefused, TransportError
+from backends import REGISTRY, backend_class
+from backends.base import BackendError, DataRefused, JobSpec, Reach, SubmitRefused, TransportError
 from portal.clusters.connect import NoClusterAccount, account_for, backend_for
-from portal.enqueue import CANCEL_JOB, DISPATCH_JOB, enqueue
+from portal.enqueue import CANCEL_JOB, DISPATCH_JOB, enqueue, enqueue_on_commit
 from portal.jobs import events, locks, transitions
 from portal.jobs.models import Job, JobGroup, JobState
 from portal.jobs.specs import attached_datasets, build_array_spec, build_spec
@@ -78,16 +82,171 @@ def _lease_time() -> timedelta:
 
 
 def dispatch_job(job_id: int) -> DispatchOutcome:
-    """Hand a queued job to its scheduler, exactly once, however often this runs."""
+    """Hand a queued job to its scheduler, exactly once, however often this runs.
+
+    On a cluster reached over SSH it takes along the other jobs queued for the same account (docs/decisions/
+    0022): each under its own lease, submitted over concurrent channels of the one pooled connection, recorded
+    together; then, if the batch was full, it looks for more. The outcome is this job's.
+    """
     with transaction.atomic():
-        job = locks.job(job_id, for_dispatch=True)
-        array_of = job.group_id if job.array_index is not None else None
-        leased = None if array_of else _lease([job] if job.state in WAITING else [], "job", nothing=f"job is {job.state}")
+        batch = locks.job_and_queued_siblings(job_id, batch_size(), batched_kinds())
+        if batch:
+            job = batch[0]
+            array_of = job.group_id if job.array_index is not None else None
+            leased = None if array_of else _lease_jobs(job, batch[1:])
+    if not batch:
+        # Its row is held elsewhere (a cancel, another attempt): wait for it alone, having let go of any sibling
+        # that statement locked (waiting while holding them could close a cycle with a bulk cancel).
+        with transaction.atomic():
+            job = locks.job(job_id, for_dispatch=True)
+            array_of = job.group_id if job.array_index is not None else None
+            leased = None if array_of else _lease_jobs(job, [])
     if array_of is not None:
         # An element of a sweep submitted as one scheduler array: the whole array goes at once.
         return dispatch_array(array_of)
-    refused, attempts = leased
-    return refused or _hand_over(_Handover(job, build_spec(job, group=job.allocation_group or ""), attempts))
+    if isinstance(leased, DispatchOutcome):
+        return leased
+    outcome = _hand_over_jobs(leased)[job.pk]
+    if len(leased) >= batch_size() > 1:
+        _more_rounds(job)  # a full batch: more may be waiting
+    return outcome
+
+
+@cache
+def batched_kinds() -> tuple[str, ...]:
+    """The cluster kinds whose jobs one dispatch takes along: those reached over SSH to a login node."""
+    kinds = []
+    for kind in REGISTRY:
+        try:
+            if backend_class(kind).reach is Reach.LOGIN_NODE:
+                kinds.append(kind)
+        except ImportError:  # a backend whose extras this deployment lacks
+            continue
+    return tuple(kinds)
+
+
+def batch_size() -> int:
+    """Jobs one dispatch takes at once: at most two waves of channels, so that every submit started before the
+    lease (2 × the SSH timeout + 30 s) could run out."""
+    return max(1, min(settings.KAKEHASHI_DISPATCH_BATCH, 2 * settings.KAKEHASHI_SSH_CHANNELS))
+
+
+def _lease_jobs(job: Job, siblings: list[Job]) -> list[Job] | DispatchOutcome:
+    """Move the locked job and its locked queued siblings to SUBMITTING, each under its own lease and attempt
+    count: the jobs this attempt hands over (the job first), or why it must not."""
+    now = timezone.now()
+    if job.state not in WAITING:
+        return DispatchOutcome("skipped", f"job is {job.state}")
+    if job.state == JobState.SUBMITTING and job.dispatch_lease_until and job.dispatch_lease_until > now:
+        return DispatchOutcome("busy", "another attempt holds this job")
+    if getattr(job, "has_datasets", True):
+        siblings = []  # staging reads the database while it copies: a job with datasets goes alone
+    jobs = [job, *siblings]
+    for j in jobs:
+        j.dispatch_attempts += 1
+    lease = now + _lease_time()
+    queued = [j for j in jobs if j.state == JobState.QUEUED]
+    transitions.transition_many(queued, JobState.SUBMITTING, reason="handing to the scheduler",
+                                also=["dispatch_attempts"], dispatch_lease_until=lease)
+    if job.state == JobState.SUBMITTING and job not in queued:
+        # Left by an attempt that died: take over, but look before submitting (its attempt count says so).
+        transitions.update([job], dispatch_lease_until=lease, dispatch_attempts=job.dispatch_attempts)
+    return jobs
+
+
+def _more_rounds(job: Job) -> None:
+    """While full batches keep waiting for the same account, hand them over too (this worker holds the cluster's
+    slot), for at most a third of a lease; jobs whose own task comes later find them taken."""
+    deadline = time.monotonic() + settings.KAKEHASHI_DISPATCH_LEASE_SECONDS / 3
+    while time.monotonic() < deadline:
+        with transaction.atomic():
+            jobs = locks.queued_of(job.cluster_id, job.user_id, job.project_id, batch_size())
+            leased = _lease_jobs(jobs[0], jobs[1:]) if jobs else None
+        if not isinstance(leased, list) or not leased:
+            return
+        _hand_over_jobs(leased)
+        if len(leased) < batch_size():
+            return
+
+
+def _hand_over_jobs(jobs: list[Job]) -> dict[int, DispatchOutcome]:
+    """Submit leased jobs of one account (concurrent channels when there are several) and record the answers in
+    one transaction: the ids with one compare-and-swap on the jobs still SUBMITTING, refusals failed, the rest's
+    lease released for a retry (re-sent in 5 s; the first job's retry is its task's)."""
+    first = jobs[0]
+    try:
+        backend = backend_for(first.cluster, _account(first))
+    except (BackendError, TransportError, NoClusterAccount) as exc:
+        return _record(jobs, {job.pk: exc for job in jobs})
+    # Specs are built here, in the thread that owns the database connection; the channels only talk SSH.
+    handovers = [_Handover(job, build_spec(job, group=job.allocation_group or ""), job.dispatch_attempts)
+                 for job in jobs]
+
+    def submit(handover: _Handover):
+        try:
+            existing = backend.find(handover.spec) if handover.attempts > 1 else None
+            if existing:
+                return existing, True
+            return backend.submit(_staged(backend, handover), handover.first.rendered_script), False
+        except (DataRefused, SubmitRefused, BackendError, TransportError, ObjectStoreError) as exc:
+            return exc
+
+    if len(handovers) == 1:
+        answers = [submit(handovers[0])]  # staging, for a job with datasets, reads the database: this thread
+    else:
+        with ThreadPoolExecutor(max_workers=min(len(jobs), settings.KAKEHASHI_SSH_CHANNELS)) as pool:
+            answers = list(pool.map(submit, handovers))
+    return _record(jobs, dict(zip([job.pk for job in jobs], answers, strict=True)))
+
+
+def _record(jobs: list[Job], answers: dict) -> dict[int, DispatchOutcome]:
+    outcomes: dict[int, DispatchOutcome] = {}
+    retry_later: list[int] = []
+    with transaction.atomic():
+        now = timezone.now()
+        moves = []
+        for job in jobs:
+            answer = answers[job.pk]
+            if not isinstance(answer, Exception):
+                submitted, found = answer
+                after = " (found after a lost reply)" if found else ""
+                moves.append(transitions.Move(job, JobState.PENDING, f"scheduler id {submitted}{after}", {
+                    "scheduler_id": submitted, "submitted_at": now, "dispatch_lease_until": None, "last_seen_at": now}))
+        # The ids: one compare-and-swap for all (a job that left SUBMITTING meanwhile records nothing).
+        made = {move.job.pk for move in transitions.transition_each_if(moves, JobState.SUBMITTING)}
+        for move in moves:
+            job, (submitted, found) = move.job, answers[move.job.pk]
+            if job.pk in made:
+                outcomes[job.pk] = DispatchOutcome("found" if found else "submitted", submitted)
+                if job.cancel_requested_at is not None:
+                    enqueue_on_commit(CANCEL_JOB, job.pk)
+            else:
+                state = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first()
+                log.error("job %s left SUBMITTING while being submitted (now %s, id %s)", job.pk, state, submitted)
+                outcomes[job.pk] = DispatchOutcome("skipped", f"job is {state}")
+        failed = [job.pk for job in jobs if isinstance(answers[job.pk], Exception)]
+        for job in locks.dispatched(failed) if failed else []:
+            answer = answers[job.pk]
+            if job.state != JobState.SUBMITTING:
+                outcomes[job.pk] = DispatchOutcome("skipped", f"job is {job.state}")
+            elif isinstance(answer, DataRefused):
+                transitions.transition(job, JobState.FAILED, reason=f"the job's data could not be staged: {answer}",
+                                       ended_at=now)
+                outcomes[job.pk] = DispatchOutcome("refused", str(answer))
+            elif isinstance(answer, SubmitRefused):
+                transitions.transition(job, JobState.FAILED, reason=f"the scheduler refused the job: {answer}",
+                                       ended_at=now)
+                outcomes[job.pk] = DispatchOutcome("refused", str(answer))
+            else:
+                # Release the lease so the retry (or the recovery sweep) may take over at once.
+                transitions.update([job], dispatch_lease_until=None,
+                                   state_reason=f"could not reach the scheduler yet, will retry: {answer}")
+                outcomes[job.pk] = DispatchOutcome("retry", str(answer))
+                if job.pk != jobs[0].pk:
+                    retry_later.append(job.pk)
+        for job_id in retry_later:
+            enqueue_on_commit(DISPATCH_JOB, job_id, countdown=5)
+    return outcomes
 
 
 def dispatch_array(group_id: int) -> DispatchOutcome:
