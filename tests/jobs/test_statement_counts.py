@@ -19,7 +19,12 @@ from portal.jobs.actions import JobRequest
 from portal.jobs.actions import submit as submit_actions
 from portal.jobs.models import Job, JobEvent, JobState
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    # A live worker an earlier test left running would dispatch these jobs too (and, dispatching in batches, take
+    # a test's own job along with its warm-up one), so the counts would not be this test's alone.
+    pytest.mark.usefixtures("no_live_worker"),
+]
 
 _BRACKETS = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE SAVEPOINT", "ROLLBACK TO SAVEPOINT")
 
@@ -70,7 +75,6 @@ def test_a_slurm_job_costs_at_most_8_statements_from_submit_to_pending(hpc_site)
     _cancel_on_slurm(hpc_site, Job.objects.get(pk=job.pk).scheduler_id)
 
 
-@pytest.mark.usefixtures("no_live_worker")  # its beat would track these quick jobs on and add their events
 def test_a_sweep_submitted_job_by_job_costs_at_most_8_statements_per_job(local_site, monkeypatch):
     monkeypatch.setattr(submit_actions, "enqueue_on_commit", lambda *task: None)  # dispatched here, by this test only
     actions.submit_job(local_site.alice, _request(local_site))
