@@ -9,7 +9,8 @@ Most jobs ended; the newest 2 % are queued, pending, running or lost.
 Then gunicorn serves the portal as docker-compose.yml's `web` service runs it (`portal.wsgi:application`, 3 sync
 workers, the production profile, one database connection per request) and a real HTTP client (requests) signs
 in through the login form as a researcher of the large project (a session cookie) and holds an API token. Each
-case is requested BENCH_PAGES_ROUNDS times, the cases interleaved round by round so that noise spreads over
+case is requested BENCH_PAGES_ROUNDS times (BENCH_PAGES_ONLY=usage,dashboard: only the cases whose label holds one
+of these words), the cases interleaved round by round so that noise spreads over
 all of them; reported: p50, p95 and max wall time seen by the client, and the body size.
 
 Run: `/work/main/.venv/bin/python -m bench.pages`. BENCH_PAGES_JOBS / _PROJECTS / _USERS change the size;
@@ -46,6 +47,8 @@ JOBS = int(os.environ.get("BENCH_PAGES_JOBS", "100000"))
 PROJECTS = int(os.environ.get("BENCH_PAGES_PROJECTS", "1000"))
 USERS = int(os.environ.get("BENCH_PAGES_USERS", "2000"))
 ROUNDS = int(os.environ.get("BENCH_PAGES_ROUNDS", "60"))
+# Comma-separated words: only the cases whose label contains one of them are measured (e.g. "usage").
+ONLY = [word.strip() for word in os.environ.get("BENCH_PAGES_ONLY", "").split(",") if word.strip()]
 BIG_JOBS = int(os.environ.get("BENCH_PAGES_BIG_JOBS", str(max(JOBS * 12 // 100, 1))))
 BIG_MEMBERS = 80
 GOAL_MS = 150.0
@@ -465,7 +468,7 @@ def measure(code: Path, world: World, extra: dict[str, str]) -> dict[str, dict]:
         assert signed_in.status_code == 302 and "sessionid" in browser.cookies, signed_in.text[:500]
         api = requests.Session()
         api.headers["Authorization"] = f"Bearer {world.token}"
-        plan = cases(world)
+        plan = [case for case in cases(world) if not ONLY or any(word in case[0] for word in ONLY)]
         times: dict[str, list[float]] = {label: [] for label, _, _ in plan}
         sizes: dict[str, int] = {}
         for round_ in range(ROUNDS + 3):  # three rounds to warm the workers (imports, template caches)

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC
 from decimal import Decimal
 
+from django.core.cache import cache
+from django.db import connection
 from django.db.models import Count, F, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce, ExtractMonth, ExtractYear, NullIf
 
 from portal.budgets.actions import NoConversion, conversion
+from portal.budgets.models import UnitConversion
 from portal.jobs.models import Job
 
 
@@ -32,23 +37,19 @@ def usage_rows(jobs: QuerySet[Job], unit: str | None = None) -> list[UsageRow]:
 
     PostgreSQL groups and sums (one query, a row per group whatever the number of jobs: a project with 10,000 ended
     jobs is a few hundred rows here, not 10,000 models); conversions are applied per group, each looked up once."""
-    # Year and month as integers, in UTC as the jobs' stamps say: no datetime to build and convert per group.
-    ended = Coalesce("ended_at", "created_at")
-    grouped = (
-        jobs.filter(cost_amount__isnull=False).order_by()
-        .values_list(ExtractYear(ended, tzinfo=UTC), ExtractMonth(ended, tzinfo=UTC), "project__slug", "cluster__slug",
-                     Coalesce("hardware__slug", Value("-")), "user__username",
-                     Coalesce(NullIf("estimate_unit", Value("")), "hardware__rate_unit", Value("")))
-        .annotate(n=Count("id"), node_seconds=Sum(Coalesce("elapsed_seconds", 0) * F("nodes")), cost=Sum("cost_amount"))
-    )
+    return _rows(_grouped(jobs), unit)
+
+
+def _rows(grouped, unit: str | None, lookup=conversion) -> list[UsageRow]:
     groups: dict[tuple, list] = defaultdict(lambda: [0, 0, Decimal("0")])
     conversions: dict[str, object] = {}  # from unit → its conversion to `unit` (or NoConversion): one lookup each
     for year, month, project, cluster, hardware, user, row_unit, n, node_seconds, cost in grouped:
+        year, month = int(year), int(month)  # integers from the ORM; from a raw cursor too, whatever EXTRACT's type
         cost = cost or Decimal("0")
         if unit and row_unit != unit:
             if row_unit not in conversions:
                 try:
-                    conversions[row_unit] = conversion(row_unit, unit)
+                    conversions[row_unit] = lookup(row_unit, unit)
                 except NoConversion as exc:
                     conversions[row_unit] = exc
             if callable(conversions[row_unit]):
@@ -76,3 +77,101 @@ def totals_by(rows: list[UsageRow], field: str) -> dict[str, Decimal]:
     for row in rows:
         totals[f"{getattr(row, field)} ({row.unit})" if field != "month" else row.month] += row.cost
     return dict(sorted(totals.items()))
+
+
+@dataclass
+class Usage:
+    """What a usage page shows: every row (the table pages through them, the CSV has them all) and the charts' sums."""
+
+    rows: list[UsageRow]
+    charts: dict[str, dict[str, Decimal]]
+
+
+CHARTS = ("month", "cluster", "hardware", "user")
+CACHE_SECONDS = 24 * 3600  # only bounds the memory a scope nobody opens keeps; the version decides freshness
+
+
+def usage(jobs: QuerySet[Job], project_ids: list[int], unit: str | None = None) -> Usage:
+    """`usage_rows` and the charts' `totals_by` of `jobs` (the jobs of the projects `project_ids`), computed once
+    per version of the data and cached: a year of a large project is thousands of groups to sum in Python.
+
+    The key holds the scope's project ids and the unit, so one user's scope is never read from another's entry.
+    The version (settled jobs in scope: how many, the newest `updated_at`, the largest id; and every unit
+    conversion) is read in the same statement as the groups, which PostgreSQL only computes when the version
+    differs from the cached one: a settled job (or a re-costed one, or a changed conversion) shows at once, and a
+    page costs one statement whether the entry was fresh or not."""
+    if not project_ids:
+        return Usage([], {name: {} for name in CHARTS})
+    scope = hashlib.sha256(",".join(map(str, sorted(set(project_ids)))).encode()).hexdigest()
+    key = f"usage:v1:{scope}:{unit or ''}"
+    cached = cache.get(key)
+    version, groups, factors = _version_and_groups(jobs, cached[0] if cached else None)
+    if cached and cached[0] == version:
+        return cached[1]
+    rows = _rows(groups, unit, _lookup_in(factors))
+    result = Usage(rows, {name: totals_by(rows, name) for name in CHARTS})
+    cache.set(key, (version, result), CACHE_SECONDS)
+    return result
+
+
+def _grouped(jobs: QuerySet[Job]) -> QuerySet:
+    # Year and month as integers, in UTC as the jobs' stamps say: no datetime to build and convert per group.
+    ended = Coalesce("ended_at", "created_at")
+    return (
+        jobs.filter(cost_amount__isnull=False).order_by()
+        .values_list(ExtractYear(ended, tzinfo=UTC), ExtractMonth(ended, tzinfo=UTC), "project__slug", "cluster__slug",
+                     Coalesce("hardware__slug", Value("-")), "user__username",
+                     Coalesce(NullIf("estimate_unit", Value("")), "hardware__rate_unit", Value("")))
+        .annotate(n=Count("id"), node_seconds=Sum(Coalesce("elapsed_seconds", 0) * F("nodes")), cost=Sum("cost_amount"))
+    )
+
+
+def _lookup_in(factors: list[list[str]] | None):
+    """portal.budgets.actions.conversion, from the conversions read with the groups rather than a query each."""
+    table = {(from_unit, to_unit): Decimal(factor) for from_unit, to_unit, factor in factors or []}
+
+    def lookup(from_unit: str, to_unit: str):
+        if from_unit == to_unit:
+            return lambda amount: amount
+        direct = table.get((from_unit, to_unit))
+        if direct is not None:
+            return lambda amount: amount * direct
+        inverse = table.get((to_unit, from_unit))
+        if inverse:
+            return lambda amount: amount / inverse
+        raise NoConversion(f"no conversion from {from_unit} to {to_unit} is set; ask a site admin to add one")
+
+    return lookup
+
+
+def _version_and_groups(jobs: QuerySet[Job], known: str | None) -> tuple[str, list[tuple], list | None]:
+    """The data's version, the groups unless the version is `known` (then PostgreSQL does not compute them: the
+    condition on the version is a one-time filter above the grouping, which is then never executed), and the unit
+    conversions as (from, to, factor) text."""
+    settled = jobs.filter(cost_amount__isnull=False).order_by().values("id", "updated_at")
+    settled_sql, settled_params = settled.query.sql_with_params()
+    grouped_sql, grouped_params = _grouped(jobs).query.sql_with_params()
+    conversions = UnitConversion._meta.db_table
+    # Only Django's compiled SQL (its values stay parameters) and a model's table name are put in the text.
+    factors_sql = f"SELECT json_agg(json_build_array(from_unit, to_unit, factor::text)) FROM {conversions}"  # noqa: S608
+    factors_digest = (
+        "SELECT coalesce(md5(string_agg(from_unit || ' ' || to_unit || ' ' || factor::text, ',' "  # noqa: S608
+        f"ORDER BY from_unit, to_unit)), '') FROM {conversions}"
+    )
+    settled_version = (
+        "SELECT count(*)::text || '/' || coalesce(max(s.id), 0)::text || '/' "  # noqa: S608
+        f"|| coalesce(max(s.updated_at)::text, '') FROM ({settled_sql}) s"
+    )
+    sql = (
+        f"SELECT v.version, ({factors_sql}), g.* "  # noqa: S608
+        f"FROM (SELECT ({settled_version}) || '/' || ({factors_digest}) AS version) v "
+        f"LEFT JOIN LATERAL (SELECT * FROM ({grouped_sql}) g0 WHERE v.version IS DISTINCT FROM %s) g ON true"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, (*settled_params, *grouped_params, known))
+        fetched = cursor.fetchall()
+    version, factors = fetched[0][0], fetched[0][1]
+    if isinstance(factors, str):  # Django's psycopg setup may leave JSON undecoded
+        factors = json.loads(factors)
+    # One row of NULLs (the LEFT JOIN's) when there is no group or the version was known.
+    return version, [row[2:] for row in fetched if row[2] is not None], factors

@@ -19,8 +19,9 @@ from portal.usage import queries
 
 TABLE_PAGE = 100  # rows of the usage table a page shows; the CSV has them all
 
-def _usage_response(request, jobs, title: str, unit: str | None, filename: str):
-    rows = queries.usage_rows(jobs, unit)
+def _usage_response(request, project_ids: list[int], title: str, unit: str | None, filename: str):
+    usage = queries.usage(Job.objects.filter(project_id__in=project_ids), project_ids, unit)
+    rows = usage.rows
     if request.GET.get("format") == "csv":
         response = HttpResponse(content_type="text/csv")
         response["Content-Disposition"] = f'attachment; filename="{filename}.csv"'
@@ -29,8 +30,8 @@ def _usage_response(request, jobs, title: str, unit: str | None, filename: str):
         for r in rows:
             writer.writerow([r.month, r.project, r.cluster, r.hardware, r.user, r.jobs, r.node_hours, r.cost, r.unit])
         return response
-    charts = {name: queries.totals_by(rows, name) for name in ("month", "cluster", "hardware", "user")}
-    chart_data = {name: {"labels": list(data), "values": [float(v) for v in data.values()]} for name, data in charts.items()}
+    chart_data = {name: {"labels": list(data), "values": [float(v) for v in data.values()]}
+                  for name, data in usage.charts.items()}
     # The charts sum every row; the table shows a page of them (a year of a large project is thousands of
     # month × hardware × user rows): the rows are already in memory, so a page costs no query.
     page = Paginator(rows, TABLE_PAGE).get_page(request.GET.get("page"))
@@ -43,7 +44,7 @@ def project_usage(request, slug: str):
     project = get_object_or_404(access.visible_projects(request.user), slug=slug)
     budget_row = budget_of(project)
     response = _usage_response(
-        request, Job.objects.filter(project=project), f"Usage of {project.name}", budget_row.unit if budget_row else None,
+        request, [project.pk], f"Usage of {project.name}", budget_row.unit if budget_row else None,
         f"usage-{project.slug}",
     )
     return response
@@ -52,7 +53,8 @@ def project_usage(request, slug: str):
 @login_required
 def site_usage(request):
     """Site admins see every project (in the reporting unit); researchers see the projects they are in."""
-    jobs = Job.objects.filter(project__in=access.visible_projects(request.user))
+    # The ids themselves: they are the cache entry's key (portal.usage.queries.usage), so no scope reads another's.
+    project_ids = list(access.visible_projects(request.user).values_list("pk", flat=True))
     title = "Usage across all projects" if request.user.is_staff else "Usage of your projects"
     unit = SiteSettings.current().reporting_unit or settings.KAKEHASHI_REPORTING_UNIT
-    return _usage_response(request, jobs, title, unit, "usage")
+    return _usage_response(request, project_ids, title, unit, "usage")
