@@ -105,3 +105,14 @@ def test_the_usage_cached_for_one_user_is_never_shown_to_another(client, local_s
     assert _shown(client, reverse("site-usage")) == (0, Decimal(0))
     assert _csv(client, reverse("site-usage")) == []
     assert client.get(reverse("project-usage", args=[local_site.project.slug])).status_code == 404
+
+
+def test_the_usage_version_reads_only_columns_of_the_index_the_usage_sums_come_from():
+    from portal.jobs.models import USAGE_COLUMNS
+    from portal.usage.queries import VERSION_COLUMNS
+
+    index = next(i for i in Job._meta.indexes if i.name == "job_project_newest")
+    covered = {Job._meta.get_field(name).attname for name in [*index.fields, *index.include, "id"]
+               if not name.startswith("-")} | {"id"}
+    assert set(VERSION_COLUMNS) <= covered
+    assert set(index.include) == set(USAGE_COLUMNS)
