@@ -115,3 +115,20 @@ def test_a_message_taken_by_a_worker_killed_outright_is_delivered_to_the_next_on
             message.ack()
     assert sorted(received) == [1, 2]
     assert [p for p in (tmp_path / "processed").rglob("*") if p.is_file()] == []
+
+
+def test_messages_published_one_after_another_are_delivered_in_that_order(tmp_path):
+    # Dozens a millisecond: the order must not fall back to the names' random part (it did at millisecond names).
+    queue_ = _queue("ordered")
+    with _connection(tmp_path) as conn:
+        queue_(conn.default_channel).declare()
+        with conn.Producer() as producer:
+            for n in range(200):
+                producer.publish({"n": n}, exchange=queue_.exchange, routing_key="ordered", serializer="json")
+        with conn.SimpleQueue(queue_) as queue:
+            received = []
+            for _ in range(200):
+                message = queue.get(timeout=30)
+                received.append(message.payload["n"])
+                message.ack()
+    assert received == list(range(200))
