@@ -161,26 +161,17 @@ def _run(env: dict, daemons: list) -> int:
     from decimal import Decimal
 
     import paramiko
-    from django.contrib.auth import get_user_model
 
-    from portal.accounts.loopback import DEFAULT_STATE, install_public_key, register_clusters
+    from portal.accounts.loopback import DEFAULT_STATE, link_researchers, register_clusters
     from portal.api.tokens import issue_token
     from portal.budgets.models import Budget
-    from portal.clusters.actions import generate_key_pair
-    from portal.clusters.models import ClusterAccount
-    from portal.projects.models import Membership, Project, Role
+    from portal.projects.models import Project
 
-    user = get_user_model().objects.create_user("alice", "alice@example.org", "x")
     project = Project.objects.create(slug="bench", name="Bench")
-    Membership.objects.create(user=user, project=project, role=Role.OWNER)
     Budget.objects.create(project=project, amount=Decimal("100000000"), unit="points", strict=True)
     clusters = register_clusters(DEFAULT_STATE, project)
-    private, public = generate_key_pair("kakehashi-bench-throughput:alice")
-    install_public_key("alice", public)
-    for cluster in clusters.values():
-        account = ClusterAccount(cluster=cluster, user=user, username="alice", public_key=public)
-        account.set_private_key(private)
-        account.save()
+    # alice (and bob) as `make cluster-up` links them: a portal-made key each, installed on the login node.
+    user = link_researchers(clusters, project, verify=False)["alice"]
     _, secret = issue_token(user, name="throughput bench", scopes=["read", "submit"])
 
     logs = Path(env["KAKEHASHI_VAR_DIR"])
