@@ -33,24 +33,22 @@ def env_bool(name: str, default: bool = False) -> bool:
     raise EnvError(f"{name}={raw!r} is not a boolean (use 1/0, true/false, yes/no, on/off)")
 
 
-def env_int(name: str, default: int) -> int:
+def _env_number(name: str, default, parse, what: str):
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
     try:
-        return int(raw)
+        return parse(raw)
     except ValueError:
-        raise EnvError(f"{name}={raw!r} is not an integer") from None
+        raise EnvError(f"{name}={raw!r} is not {what}") from None
+
+
+def env_int(name: str, default: int) -> int:
+    return _env_number(name, default, int, "an integer")
 
 
 def env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise EnvError(f"{name}={raw!r} is not a number") from None
+    return _env_number(name, default, float, "a number")
 
 
 def env_list(name: str, default: list[str] | None = None) -> list[str]:
