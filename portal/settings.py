@@ -319,6 +319,9 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # task costs a PostgreSQL backend forked and authenticated. workers/celery.py applies Django's own rule instead (as
 # per web request: DATABASE_CONN_MAX_AGE, and a connection that failed is dropped), so this only has to be large.
 CELERY_DB_REUSE_MAX = 1_000_000
+# A task that carries work and finds PostgreSQL unreachable is sent again after 1 s, 2 s, 4 s, ... at most this
+# (workers/database_outage.py), for as long as the outage lasts.
+KAKEHASHI_DATABASE_RETRY_MAX_SECONDS = env_int("KAKEHASHI_DATABASE_RETRY_MAX_SECONDS", 60)
 
 # How often the tracker asks each scheduler about its active jobs, and the other periodic sweeps.
 KAKEHASHI_TRACK_INTERVAL = env_int("KAKEHASHI_TRACK_INTERVAL", 5)

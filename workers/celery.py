@@ -9,7 +9,8 @@ from celery.signals import task_postrun, task_prerun
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
-app = Celery("kakehashi")
+# Every task's base: tasks that carry work wait out a database outage (workers/database_outage.py).
+app = Celery("kakehashi", task_cls="workers.database_outage:RetriesWhileTheDatabaseIsAway")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["portal.jobs", "portal.usage", "portal.clusters", "portal.storage",
                         "portal.notifications"])

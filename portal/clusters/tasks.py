@@ -4,7 +4,7 @@ from portal.clusters.actions import verify_account
 from portal.clusters.health import collect_all
 
 
-@shared_task
+@shared_task(retry_while_database_away=True)
 def verify_account_task(account_id: int) -> bool:
     return verify_account(account_id)
 

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from celery import current_app, shared_task
 from django.conf import settings
 from django.core.cache import cache
+from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
 from portal.jobs import actions, outputs, tracking
@@ -20,7 +21,7 @@ from portal.jobs.models import TRACKED_STATES, Job, JobState
 log = logging.getLogger(__name__)
 
 
-@shared_task(bind=True, max_retries=None)
+@shared_task(bind=True, max_retries=None, retry_while_database_away=True)
 def dispatch_job_task(self, job_id: int) -> str:
     row = Job.objects.filter(pk=job_id).values_list("cluster_id", "state", "array_index", "dispatch_lease_until").first()
     cluster_id, state, array_index, lease = row or (None, None, None, None)
@@ -95,7 +96,7 @@ def recover_stale_jobs_task() -> list[int]:
     return actions.recover_stale_jobs()
 
 
-@shared_task(bind=True, max_retries=5)
+@shared_task(bind=True, max_retries=5, retry_while_database_away=True)
 def cancel_job_task(self, job_id: int) -> str:
     # A cancel is a command on the login node like a dispatch: it takes one of the cluster's slots too, so a slow
     # login node holds no more workers with cancels than with submits (a deferral is not a retry: no count).
@@ -105,11 +106,13 @@ def cancel_job_task(self, job_id: int) -> str:
             return "deferred"
         try:
             return actions.cancel_on_scheduler(job_id)
+        except (OperationalError, InterfaceError):
+            raise  # the database is away: waited out by the task's base (workers/database_outage.py), not counted
         except Exception as exc:  # noqa: BLE001 - any transport trouble: retry, the request is on record
             raise self.retry(exc=exc, countdown=5) from None
 
 
-@shared_task
+@shared_task(retry_while_database_away=True)
 def fetch_output_task(job_id: int) -> dict:
     # Reading a finished job's files goes to its login node as well: bounded by the same slots.
     with cluster_slot(_cluster_of(job_id)) as slot:
@@ -123,6 +126,6 @@ def _cluster_of(job_id: int) -> int | None:
     return Job.objects.filter(pk=job_id).values_list("cluster_id", flat=True).first()
 
 
-@shared_task
+@shared_task(retry_while_database_away=True)
 def record_health_check_task(job_id: int) -> dict | None:
     return outputs.record_health_check(job_id)

@@ -453,3 +453,168 @@ def test_a_worker_backs_off_while_the_login_node_is_down_and_submits_once_when_i
     finally:
         stop_worker(worker)
         _cancel(cluster, hpc_site, job)
+
+
+# ------------------------------------------------------------------------- PostgreSQL away for a while
+
+
+class _DatabaseLink:
+    """A TCP link to the machine's PostgreSQL that a test can cut and restore: to whoever connects through it (a
+    worker, a web server), the database is away while it is cut: new connections are refused, open ones reset.
+    The shared PostgreSQL itself is never stopped (other tests use it)."""
+
+    def __init__(self, target: tuple[str, int] = ("127.0.0.1", 5432)) -> None:
+        import threading
+
+        self.target = target
+        self.port = _closed_port()
+        self._lock = threading.Lock()
+        self._open: list[socket.socket] = []
+        self._listener: socket.socket | None = None
+        self.restore()
+
+    def restore(self) -> None:
+        import threading
+
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def cut(self) -> None:
+        import contextlib
+
+        listener, self._listener = self._listener, None
+        with contextlib.suppress(OSError):
+            listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread: a close alone lets one more in
+        with contextlib.suppress(OSError):
+            listener.close()
+        with self._lock:
+            for sock in self._open:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                    sock.close()  # a reset, as a server that went away leaves its clients
+            self._open.clear()
+
+    def _accept(self, listener: socket.socket) -> None:
+        import threading
+
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # cut
+            try:
+                server = socket.create_connection(self.target)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._open += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        import contextlib
+
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+
+@pytest.fixture
+def database_link():
+    link = _DatabaseLink()
+    yield link
+    link.cut()
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_that_loses_its_database_waits_and_submits_the_job_once_when_it_is_back(local_site, database_link,
+                                                                                       monkeypatch):
+    import uuid
+    from pathlib import Path
+
+    from django.conf import settings
+    from django.db import connection
+
+    from portal.jobs import actions
+    from portal.jobs.actions import submit as submit_actions
+    from portal.jobs.models import Job, JobState
+    from portal.jobs.tasks import dispatch_job_task
+    from tests.conftest import start_worker, stop_worker, wait_for
+
+    db = connection.settings_dict
+    queue = f"database-away-{uuid.uuid4().hex[:6]}"
+    monkeypatch.setattr(submit_actions, "enqueue_on_commit", lambda *task: None)  # sent by hand, below
+    job = actions.submit_job(local_site.alice, actions.JobRequest(
+        project=local_site.project, name="through-the-outage", script="echo survived", hardware=local_site.hardware,
+        walltime="00:05:00")).job
+    log_path = Path(settings.VAR_DIR) / f"{queue}.log"
+    # The worker reaches PostgreSQL only through the link; its stale-job sweep is off (an hour), so what brings
+    # the job through is the task's own retry, not the sweep.
+    worker = start_worker("database-away", queue, log_path,
+                          DATABASE_URL=f"postgres://{db['USER'] or 'postgres'}@127.0.0.1:{database_link.port}/{db['NAME']}",
+                          KAKEHASHI_STALE_DISPATCH_SECONDS="3600", KAKEHASHI_RECOVER_INTERVAL="3600",
+                          KAKEHASHI_DATABASE_RETRY_MAX_SECONDS="2")
+    try:
+        database_link.cut()
+        dispatch_job_task.apply_async(args=[job.pk], queue=queue)
+        retried = f"dispatch_job_task[{job.pk}]: the database is unreachable"
+        wait_for(lambda: log_path.read_text().count(retried) >= 2, timeout=60,
+                 message="the worker to try the dispatch again while the database is away")
+        job.refresh_from_db()
+        assert job.state == JobState.QUEUED and job.scheduler_id == ""  # nothing recorded on a guess
+        assert worker.poll() is None
+        database_link.restore()
+        done = wait_for(lambda: Job.objects.filter(pk=job.pk, state=JobState.COMPLETED).first(), timeout=90,
+                        message="the job to run once the database is back")
+        assert done.exit_code == 0
+        assert done.events.filter(to_state=JobState.PENDING).count() == 1  # handed over once
+    finally:
+        stop_worker(worker)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_web_server_answers_503_while_its_database_is_away_and_serves_again_when_it_is_back(database_link,
+                                                                                                tmp_path):
+    from django.db import connection
+
+    db = connection.settings_dict
+    env = _production_env(tmp_path, DATABASE_URL=(
+        f"postgres://{db['USER'] or 'postgres'}@127.0.0.1:{database_link.port}/{db['NAME']}"))
+    subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
+    port = _free_port()
+    with open(tmp_path / "gunicorn.log", "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "portal.wsgi:application", "--bind",
+                                 f"127.0.0.1:{port}", "--workers", "1"], cwd=ROOT, env=env, stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        def health() -> int | None:
+            try:
+                return requests.get(f"{url}/healthz", headers={"Host": HOST}, timeout=15).status_code
+            except requests.ConnectionError:
+                assert proc.poll() is None, (tmp_path / "gunicorn.log").read_text()[-3000:]
+                return None
+
+        from tests.conftest import wait_for
+
+        wait_for(lambda: health() == 200, timeout=60, message="the portal to serve")  # a kept connection now
+        database_link.cut()
+        _unavailable(requests.get(f"{url}/healthz", headers={"Host": HOST}, timeout=30), "/healthz while away")
+        _unavailable(requests.get(f"{url}/api/v1/me/", headers={**VIA_PROXY, "Authorization": "Bearer kh_" + "a" * 43},
+                                  timeout=30), "the API while away")
+        database_link.restore()
+        # The broken connection is dropped and a new one made: no restart of the web server needed.
+        assert health() == 200
+        assert requests.get(f"{url}/api/v1/me/", headers={**VIA_PROXY, "Authorization": "Bearer kh_" + "a" * 43},
+                            timeout=30).status_code == 401  # an unknown token: the database answered
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
