@@ -402,7 +402,7 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_CLASSES": ["portal.api.throttling.TokenRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {"token": KAKEHASHI_API_RATE},
     "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "portal.api.pagination.Pages",
     "PAGE_SIZE": 50,
 }
 def _job_states_in_the_api() -> list[tuple[str, str]]:

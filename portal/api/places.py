@@ -45,9 +45,12 @@ def _gpus(raw: str) -> tuple[int, str]:
 def _walltime_seconds(params) -> int:
     if params.get("walltime"):
         try:
-            return parse_walltime(params["walltime"])
+            seconds = parse_walltime(params["walltime"])
         except ValidationError as exc:
             raise ApiError(exc.messages[0], field="walltime") from None
+        if seconds > MAX_HOURS * 3600:  # found by the hostile walk: a walltime of 10**30 s overflowed the pricing
+            raise ApiError(f"walltime must be at most {MAX_HOURS} hours", field="walltime")
+        return seconds
     raw = params.get("hours", "1")
     try:
         hours = Decimal(raw)

@@ -18,6 +18,7 @@ from portal.clusters.connect import kinds_reached
 from portal.clusters.forms import LinkAccountForm
 from portal.clusters.models import Allocation, Cluster, ClusterAccount, ClusterHealth, IdentityMode
 from portal.enqueue import VERIFY_ACCOUNT, enqueue_on_commit
+from portal.ids import id_or_zero
 from portal.projects import access
 
 
@@ -96,7 +97,7 @@ def project_clusters(request, slug: str):
     can_manage = access.can(request.user, project, "manage")
     allocations = Allocation.objects.filter(project=project).select_related("cluster").order_by("cluster__name")
     if request.method == "POST":
-        allocation = get_object_or_404(allocations, pk=request.POST.get("allocation") or 0)
+        allocation = get_object_or_404(allocations, pk=id_or_zero(request.POST.get("allocation")))
         try:
             actions.set_project_usage(request.user, allocation, in_use=request.POST.get("in_use") == "on",
                                       hardware_ids=[int(v) for v in request.POST.getlist("hardware") if v.isdigit()])

@@ -18,6 +18,7 @@ from django.views.decorators.http import require_POST
 
 from portal.catalog import job_templates, places
 from portal.catalog import queries as catalog
+from portal.ids import id_or_zero
 from portal.jobs import actions, listing, notebooks, outputs
 from portal.jobs.actions import format_walltime
 from portal.jobs.forms import PARAM_PREFIX, JobForm
@@ -426,5 +427,5 @@ def job_executed_notebook(request, pk: int):
 @login_required
 def job_presets(request):
     """The quick choices for the project now selected in the form."""
-    project = catalog.submittable_projects(request.user).filter(pk=request.GET.get("project") or 0).first()
+    project = catalog.submittable_projects(request.user).filter(pk=id_or_zero(request.GET.get("project"))).first()
     return render(request, "jobs/_presets.html", {"presets": catalog.presets_for(project)})

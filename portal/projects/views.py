@@ -6,6 +6,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
 
+from portal.ids import id_or_zero
 from portal.projects import access, actions, queries
 from portal.projects.models import Membership, Project, Role
 
@@ -27,7 +28,7 @@ def members(request, slug: str):
                 added = actions.add_member(request.user, project, request.POST.get("who", "").strip(), request.POST.get("role", Role.MEMBER))
                 messages.success(request, f"{added.user.username} is now {added.role} of {project.slug}.")
             else:
-                membership = get_object_or_404(Membership, pk=request.POST.get("membership"), project=project)
+                membership = get_object_or_404(Membership, pk=id_or_zero(request.POST.get("membership")), project=project)
                 if action == "role":
                     actions.change_role(request.user, membership, request.POST.get("role", ""))
                     messages.success(request, f"{membership.user.username} is now {request.POST.get('role')}.")
