@@ -58,3 +58,21 @@ def test_seconds_of_a_cheap_node_cost_what_the_ledger_says_on_page_csv_and_cli_a
     assert exact == {"amount": "0.0028", "unit": "points", "text": "0.0028 points"}
     budget = logged_in("budget", "vision")
     assert "spent:        0.044 points" in budget.out
+
+
+def test_a_small_estimate_and_rate_are_shown_exactly_on_the_job_list_and_the_projects_clusters_page(local_site):
+    from portal.catalog.models import HardwareType
+
+    tiny = HardwareType.objects.create(cluster=local_site.cluster, slug="local-tiny", name="Local tiny", cpus_per_node=1,
+                                       max_nodes=1, max_walltime_hours=12, rate=Decimal("0.0042"), rate_unit="points")
+    job = actions.submit_job(local_site.alice, actions.JobRequest(project=local_site.project, name="tiny", script="true",
+                                                                  hardware=tiny, walltime="01:00:00")).job
+    Job.objects.filter(pk=job.pk).update(state=JobState.QUEUED)
+    assert Job.objects.get(pk=job.pk).estimate_amount == Decimal("0.0042")
+
+    browser = Client()
+    browser.force_login(local_site.alice)
+    listed = browser.get("/jobs/").content.decode()
+    assert "≤ 0.0042 points" in listed and "≤ 0.00 " not in listed  # not "0.00", which reads as free
+    clusters = browser.get(f"/projects/{local_site.project.slug}/clusters/").content.decode()
+    assert "Local tiny — " in clusters and ", 0.0042 points/node-hour" in clusters

@@ -105,15 +105,16 @@ def test_submit_the_open_notebook_as_a_job_from_lab_follow_it_and_open_the_execu
     expect(dialog.get_by_label("Project")).to_have_value("vision")
     expect(dialog.get_by_label("Job name")).to_have_value("analysis")
     expect(dialog.get_by_label("lr")).to_have_value("0.1")
-    dialog.get_by_label("Hardware").select_option(label="CPU only — local-cpu · 10 points/node-h")
+    dialog.get_by_label("Hardware").select_option(label="CPU only — local-cpu · 10.00 points/node-h")
     dialog.get_by_label("Walltime").fill("30m")
     dialog.get_by_label("lr").fill("0.5")
     dialog.get_by_label("epochs").fill("3")
-    # The portal's dry run: 0.5 node-hours at 10 points, out of the project's 100. (The portal's first notebook
+    # The portal's dry run: 0.5 node-hours at 10 points, out of the project's 100, shown as the portal's pages show
+    # money (the API's `text`: one rule everywhere, two decimals or more). (The portal's first notebook
     # check in a process imports jsonschema, whose format checkers compile grammars for seconds when the hub's
     # packages share the environment, as they do here.)
     estimate = dialog.get_by_role("status").first
-    expect(estimate).to_have_text("Estimate: 5 points. Budget left: 100 points, 95 points after this job.",
+    expect(estimate).to_have_text("Estimate: 5.00 points. Budget left: 100.00 points, 95.00 points after this job.",
                                   timeout=30_000)
     shots(page, "dialog-estimate", full_page=False)
 

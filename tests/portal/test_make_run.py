@@ -169,6 +169,13 @@ def _job_body(n: int) -> dict:
             "script": f"echo job {n}\nsleep 1\n"}
 
 
+# How long the four researchers keep submitting: minutes, as issue 12 asks (KAKEHASHI_TEST_MAKE_RUN_SECONDS to
+# shorten it while working on the launcher, or to run it for longer).
+BUSY_SECONDS = float(os.environ.get("KAKEHASHI_TEST_MAKE_RUN_SECONDS", "120"))
+RESEARCHERS = 4
+
+
+@pytest.mark.timeout(BUSY_SECONDS + 600)  # start, the busy time, then the jobs' end with no progress for 90 s at most
 def test_concurrent_submits_with_the_worker_killed_midway_end_every_job_and_never_lock_the_database(
     make_run,
 ):
@@ -176,9 +183,11 @@ def test_concurrent_submits_with_the_worker_killed_midway_end_every_job_and_neve
     token = stack.token()
     headers = {"Authorization": f"Bearer {token}"}
     submitted: list[int] = []
+    submits: dict[int, list[float]] = {who: [] for who in range(RESEARCHERS)}  # when each researcher's jobs were taken
     errors: list[str] = []
     lock = threading.Lock()
-    stop_at = time.monotonic() + 50
+    started = time.monotonic()
+    stop_at = started + BUSY_SECONDS
 
     def researcher(who: int) -> None:
         # Submits, then clicks around as a person watching would: the job, the list.
@@ -188,13 +197,14 @@ def test_concurrent_submits_with_the_worker_killed_midway_end_every_job_and_neve
         while time.monotonic() < stop_at:
             n += 1
             try:
-                response = session.post(f"{stack.base}/api/v1/jobs/", json=_job_body(who * 1000 + n), timeout=60)
+                response = session.post(f"{stack.base}/api/v1/jobs/", json=_job_body(who * 10000 + n), timeout=60)
                 if response.status_code != 201:
                     errors.append(f"submit {response.status_code}: {response.text[:300]}")
                     continue
                 job_id = response.json()["id"]
                 with lock:
                     submitted.append(job_id)
+                    submits[who].append(time.monotonic())
                 for url in (f"/api/v1/jobs/{job_id}/", "/api/v1/jobs/?limit=20"):
                     got = session.get(f"{stack.base}{url}", timeout=60)
                     if got.status_code != 200:
@@ -203,18 +213,19 @@ def test_concurrent_submits_with_the_worker_killed_midway_end_every_job_and_neve
                 errors.append(f"request failed: {exc}")
             time.sleep(1)
 
-    threads = [threading.Thread(target=researcher, args=(i,)) for i in range(4)]
+    threads = [threading.Thread(target=researcher, args=(i,)) for i in range(RESEARCHERS)]
     for thread in threads:
         thread.start()
 
-    # Halfway, the worker dies the hardest way: the launcher starts another and jobs go on completing.
-    time.sleep(22)
+    # Before halfway, the worker dies the hardest way: the launcher starts another and jobs go on completing.
+    time.sleep(BUSY_SECONDS * 0.45)
     killed = stack.worker_pid()
     assert killed
     with lock:
         before_kill = len(submitted)
+    killed_at = time.monotonic()
     os.kill(killed, signal.SIGKILL)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline and (stack.worker_pid() in (None, killed)):
         time.sleep(0.5)
     assert stack.worker_pid() not in (None, killed), stack.log()[-3000:]
@@ -222,22 +233,29 @@ def test_concurrent_submits_with_the_worker_killed_midway_end_every_job_and_neve
     for thread in threads:
         thread.join()
     assert not errors, errors[:5]
-    assert before_kill >= 20 and len(submitted) > before_kill + 20, (before_kill, len(submitted))
+    # Every researcher kept submitting before and after the kill (no count that a slow machine would miss).
+    assert all(any(t < killed_at for t in times) and any(t > killed_at for t in times) for times in submits.values()), \
+        {who: (sum(t < killed_at for t in times), sum(t > killed_at for t in times)) for who, times in submits.items()}
     submits_ended = time.monotonic()
 
+    # The jobs end: wait as long as they keep ending, and fail once none has ended for 90 s.
     session = requests.Session()
     session.headers.update(headers)
     states: dict[int, str] = {}
-    deadline = time.monotonic() + 75
-    while time.monotonic() < deadline:
+    ended, last_progress = 0, time.monotonic()
+    while time.monotonic() - last_progress < 90:
         for job_id in submitted:
             if states.get(job_id) not in FINAL:
                 states[job_id] = session.get(f"{stack.base}/api/v1/jobs/{job_id}/", timeout=30).json()["state"]
         if all(state in FINAL for state in states.values()):
             break
+        now_ended = sum(state in FINAL for state in states.values())
+        if now_ended > ended:
+            ended, last_progress = now_ended, time.monotonic()
         time.sleep(2)
     unfinished = {j: s for j, s in states.items() if s not in FINAL}
-    assert not unfinished, f"{len(unfinished)} of {len(submitted)} jobs never ended: {list(unfinished.items())[:10]}"
+    assert not unfinished, (f"{len(unfinished)} of {len(submitted)} jobs never ended (none for 90 s): "
+                            f"{list(unfinished.items())[:10]}")
     assert set(states.values()) == {"completed"}, {s: list(states.values()).count(s) for s in set(states.values())}
 
     log = stack.log()
@@ -247,8 +265,9 @@ def test_concurrent_submits_with_the_worker_killed_midway_end_every_job_and_neve
                                                   "raised unexpected", "Traceback")}
     assert not any(trouble.values()), trouble
     assert stack.proc.poll() is None
-    print(f"{len(submitted)} jobs submitted by 4 researchers in 50 s, all completed "
-          f"{time.monotonic() - submits_ended:.0f} s after the last submit; the worker was killed after {before_kill}")
+    print(f"{len(submitted)} jobs submitted by {RESEARCHERS} researchers in {BUSY_SECONDS:.0f} s, all completed "
+          f"{time.monotonic() - submits_ended:.0f} s after the last submit; the worker was killed after "
+          f"{killed_at - started:.0f} s and {before_kill} jobs")
 
 
 STOPS = {

@@ -24,9 +24,11 @@ export interface IProject {
   role: string;
 }
 
+// As the portal's API spells money: `amount` exact (four decimals), `text` as the pages show it ("0.0042 points").
 export interface IMoney {
   amount: string;
   unit: string;
+  text: string;
 }
 
 export interface ISoftware {
@@ -83,7 +85,13 @@ export interface ISubmission {
   id: number | null;
   state: string;
   estimate: IMoney | null;
-  budget: { available: string; after: string; unit: string; fits: boolean } | null;
+  budget: {
+    available: string;
+    after: string;
+    unit: string;
+    fits: boolean;
+    text: { available: string; after: string }; // as the pages show them, without the unit
+  } | null;
   warnings: string[];
   link: string | null;
 }

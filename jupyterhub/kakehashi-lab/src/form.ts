@@ -40,7 +40,7 @@ function field(id: string, label: string, control: HTMLElement): HTMLElement {
 }
 
 function perNodeHour(price: IMoney | null): string {
-  return price ? ` · ${Number(price.amount)} ${price.unit}/node-h` : '';
+  return price ? ` · ${price.text}/node-h` : '';
 }
 
 function option(value: string, label: string): HTMLOptionElement {
@@ -255,12 +255,12 @@ export class SubmitForm extends Widget {
   private showEstimate(answer: ISubmission): void {
     const parts: string[] = [];
     if (answer.estimate) {
-      parts.push(`Estimate: ${Number(answer.estimate.amount)} ${answer.estimate.unit}.`);
+      parts.push(`Estimate: ${answer.estimate.text}.`);
     }
     if (answer.budget) {
       parts.push(
-        `Budget left: ${Number(answer.budget.available)} ${answer.budget.unit}, ` +
-          `${Number(answer.budget.after)} ${answer.budget.unit} after this job.`
+        `Budget left: ${answer.budget.text.available} ${answer.budget.unit}, ` +
+          `${answer.budget.text.after} ${answer.budget.unit} after this job.`
       );
       if (!answer.budget.fits) {
         parts.push("The project's budget cannot cover this job.");
