@@ -67,6 +67,26 @@ def test_an_unknown_parameter_of_a_notebook_papermill_cannot_inspect_is_refused_
     assert notebooks.check(nb, {"lr": 0.5, "epochs": 3}, ["ir"], software="R", max_bytes=2**20) == "ir"
 
 
+def test_a_notebook_over_the_size_limit_is_refused_by_the_api(alice_api, settings):
+    settings.KAKEHASHI_MAX_NOTEBOOK_BYTES = 1024
+    response = alice_api.post(JOBS, {**job_body(script=""), "notebook": notebook(body="x = 1\n" * 400), "parameters": {"lr": 1}})
+    assert response.status_code == 400, response.content
+    assert response.json() == {"detail": "the notebook is larger than 1 KiB; clear its outputs first",
+                               "code": "invalid", "field": "notebook"}
+    _nothing_queued()
+
+
+def test_a_request_body_over_the_portals_body_limit_is_refused_with_the_notebook_limit_not_an_internal_error(
+        alice_api, settings):
+    settings.KAKEHASHI_MAX_NOTEBOOK_BYTES, settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1024, 2048
+    response = alice_api.post(JOBS, {**job_body(script=""), "notebook": notebook(body="x = 1\n" * 1000)})
+    assert response.status_code == 413, response.content
+    assert response.json() == {"detail": "the request body is larger than 2 KiB: a notebook may be at most 1 KiB (clear "
+                                         "its outputs first); put large data in the project's storage",
+                               "code": "too_large"}
+    _nothing_queued()
+
+
 def test_a_sweep_over_a_name_the_notebook_does_not_have_is_refused(alice_api):
     response = alice_api.post("/api/v1/sweeps/", {**job_body(script=""), "notebook": notebook(), "sweep": {"lrate": [1, 2]}})
     assert response.status_code == 400 and "unknown parameter lrate" in response.json()["detail"]
