@@ -44,10 +44,13 @@ jupyterhub/node_modules/.package-lock.json: jupyterhub/package-lock.json
 	cd jupyterhub && npm ci --no-audit --no-fund
 
 ## lab-extension: rebuild the JupyterLab extension's frontend (TypeScript, JupyterLab's builder) after changing
-## jupyterhub/kakehashi-lab/src; commit kakehashi_lab/labextension (installing the extension then needs no node)
+## jupyterhub/kakehashi-lab/src; commit kakehashi_lab/labextension (installing the extension then needs no node).
+## It records the SHA-256 of the sources and the bundle (labextension/build-inputs.json): a test fails when src/,
+## style/, package.json, its lockfile or tsconfig.json change without a rebuild
 lab-extension: dev-venv
 	cd jupyterhub/kakehashi-lab && npm ci --no-audit --no-fund && rm -rf kakehashi_lab/labextension \
 		&& PATH="$(CURDIR)/$(BIN):$$PATH" npm run build
+	$(BIN)/python jupyterhub/kakehashi-lab/build_inputs.py --write
 	$(BIN)/pip install -q -e jupyterhub/kakehashi-lab
 
 ## cluster-up: start the loopback test cluster (real Slurm, PBS/Torque wrappers, Grid Engine behind sshd) and

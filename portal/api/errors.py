@@ -6,6 +6,7 @@ Domain refusals raised by the action functions are mapped here, so views stay th
   project's budget cannot pay for it. 402 lets scripts tell "fix your request" (400) and "you may not" (403)
   apart from "ask for more budget or a smaller job"; the message says how much is left.
 - CancelError → 409 (the job already ended), StorageError → its own status (400, 409, 413)
+- a body over Django's DATA_UPLOAD_MAX_MEMORY_SIZE → 413, code `too_large`, naming the notebook limit
 - PermissionDenied → 403, Http404 → 404 (objects of projects you cannot see are "not found", never "forbidden",
   so their existence does not leak).
 """
@@ -15,7 +16,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404
 from rest_framework import exceptions
 from rest_framework.response import Response
@@ -81,6 +84,13 @@ def exception_handler(exc: Exception, context: dict) -> Response:
         response["Retry-After"] = str(wait)
         return response
 
+    if isinstance(exc, RequestDataTooBig):
+        # Django's own limit on a JSON body (DATA_UPLOAD_MAX_MEMORY_SIZE, the notebook limit plus 1 MiB): read
+        # before any view code, so nothing was recorded; say what the limits are rather than answer 500.
+        return error_response(
+            413, f"the request body is larger than {_size(settings.DATA_UPLOAD_MAX_MEMORY_SIZE)}: a notebook may be at "
+                 f"most {_size(settings.KAKEHASHI_MAX_NOTEBOOK_BYTES)} (clear its outputs first); put large data in "
+                 "the project's storage", "too_large")
     if unavailable.database_down(exc):
         log.error("database unreachable in %s: %s", context.get("view").__class__.__name__, exc)
         response = error_response(503, unavailable.MESSAGE, "database_unavailable")
@@ -105,6 +115,10 @@ def exception_handler(exc: Exception, context: dict) -> Response:
     detail = response.data.get("detail") if isinstance(response.data, dict) else None
     response.data = {"detail": _MESSAGES.get(code, str(detail) if detail is not None else str(exc)), "code": code}
     return response
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:g} MiB" if n >= 2**20 else f"{n / 1024:g} KiB"
 
 
 def _first_error(detail: Any, codes: Any, prefix: str = "") -> tuple[str | None, str, str]:

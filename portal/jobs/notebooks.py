@@ -8,6 +8,7 @@ notebook; papermill does that on the cluster, inside the chosen software (docs/d
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,6 +110,26 @@ def parameters_of(notebook: dict[str, Any]) -> list[Parameter] | None:
             for p in found]
 
 
+# A top-level assignment in the parameters cell of a language papermill cannot inspect (R, Julia, Scala, MATLAB,
+# bash, PowerShell…): `lr = 0.1`, `lr <- 0.1`, `val lr = 0.1`, `$lr = 0.1`, `lr=0.1`. Only the names are read.
+_ASSIGNMENT = re.compile(r"^(?:(?:val|var|let|const|local|global|export)\s+)?\$?([A-Za-z_]\w*)\s*(?::[^=]*)?(?:<-|:?=(?!=))")
+
+
+def parameter_names(notebook: dict[str, Any]) -> set[str] | None:
+    """The names a notebook's parameters cell sets (None: there is no such cell), read by papermill's translator
+    where it can inspect the cell's language (Python), else by the assignments at the start of its lines."""
+    cell = parameters_cell(notebook)
+    if cell is None:
+        return None
+    from papermill.translators import papermill_translators
+
+    try:
+        translator = papermill_translators.find_translator(kernel_of(notebook), _language(notebook))
+        return {p.name for p in translator.inspect(_Cell(_source(cell)))}
+    except Exception:  # noqa: BLE001 - a language papermill cannot inspect: read its assignments
+        return {m.group(1) for line in _source(cell).splitlines() if (m := _ASSIGNMENT.match(line))}
+
+
 def parameters_source(notebook: dict[str, Any]) -> str:
     cell = parameters_cell(notebook)
     return _source(cell) if cell is not None else ""
@@ -151,16 +172,17 @@ def check(notebook: Any, parameters: Any, kernels: list[str], *, software: str, 
             f"the notebook's kernel {kernel!r} is not provided by {software} (it provides: {', '.join(kernels) or 'none'}); "
             "choose other software or change the notebook's kernel", field="software")
     if parameters:
-        declared = parameters_of(notebook)
-        if declared is None:
+        names = parameter_names(notebook)
+        if names is None:
             raise NotebookError(
                 "parameters were given but the notebook has no cell tagged 'parameters': tag the cell that sets "
                 "them (Lab: Property Inspector → Cell Tags → parameters)", field="parameters")
-        names = {p.name for p in declared}
-        if declared and (unknown := sorted(set(parameters) - names)):
+        if unknown := sorted(set(parameters) - names):
+            sets = (f"sets {', '.join(sorted(names))}" if names else
+                    "sets no names (write one assignment a line in it, e.g. lr = 0.1)")
             raise NotebookError(
                 f"unknown parameter{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: the notebook's parameters "
-                f"cell sets {', '.join(sorted(names))}", field="parameters")
+                f"cell {sets}", field="parameters")
     return kernel
 
 

@@ -166,3 +166,19 @@ def test_a_kernel_the_chosen_software_does_not_provide_is_refused_on_the_softwar
         "the notebook's kernel 'python3' is not provided by R 4.4 (modules) (it provides: ir); choose other software "
         "or change the notebook's kernel"]
     _nothing_queued()
+
+
+@pytest.mark.parametrize(("params", "fields", "message"), [
+    ("lr = 0.1\nepochs = 2", {"param_lrate": "0.5"}, "unknown parameter lrate: the notebook&#x27;s parameters cell sets epochs, lr"),
+    ("lr = 0.1\nepochs = 2", {"sweep": "lrate=0.1,0.2"}, "unknown parameter lrate: the notebook&#x27;s parameters cell sets epochs, lr"),
+    ("# papermill puts the values after this cell", {"sweep": "lr=0.1,0.2"},
+     "unknown parameter lr: the notebook&#x27;s parameters cell sets no names (write one assignment a line in it, e.g. lr = 0.1)"),
+    (None, {"param_lr": "0.5"}, "parameters were given but the notebook has no cell tagged &#x27;parameters&#x27;"),
+], ids=["unknown-name", "unknown-name-in-sweep", "parameters-cell-without-names", "no-parameters-cell"])
+def test_a_parameter_the_notebooks_parameters_cell_does_not_set_is_refused_in_the_form(client, local_site, params,
+                                                                                       fields, message):
+    client.force_login(local_site.alice)
+    response = client.post(reverse("job-new"), _form(local_site, notebook_file=upload(notebook(params=params)), **fields))
+    assert response.status_code == 200
+    assert message in response.content.decode()
+    _nothing_queued()
