@@ -7,10 +7,15 @@ moto's Batch ends a job as it is submitted, so a job that must wait or run is he
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+import requests
+from django.conf import settings as django_settings
 from django.core.management import call_command
 from django.urls import reverse
 from django.utils import timezone
@@ -92,7 +97,7 @@ def test_a_cloud_job_is_refused_when_its_estimate_exceeds_a_strict_budget(aws_si
                                                       nodes=2, walltime="10:00:00"))
 
 
-def test_a_cloud_job_runs_with_its_data_and_the_portal_shows_its_log_and_outputs(aws_site, client, tmp_path):
+def test_a_cloud_job_runs_and_the_portal_shows_its_log_and_outputs(aws_site, client, tmp_path):
     store = aws_site.store
     job = submitted(aws_site, script='echo "training on $(hostname)"\nmkdir -p outputs && echo 0.93 > outputs/accuracy.txt\n')
     assert job.state == JobState.PENDING and job.remote_dir == f"kakehashi-jobs/{job.scheduler_name}"
@@ -116,6 +121,102 @@ def test_a_cloud_job_runs_with_its_data_and_the_portal_shows_its_log_and_outputs
     ledger = dict(LedgerEntry.objects.filter(job=job).values_list("kind", "amount"))
     assert ledger["reserve"] == Decimal("9831.7800") and ledger["release"] == ledger["reserve"]
     assert "settle" in ledger
+
+
+def test_a_dataset_uploaded_to_the_site_bucket_is_read_by_a_cloud_job_and_its_outputs_come_back(aws_site, client, tmp_path):
+    """The whole way: a multipart upload by presigned URLs to the portal's bucket, a dataset attached to a job on
+    AWS Batch, the dispatch, the container's entrypoint pulling it from the site bucket (not the cluster's) and
+    checking it, the payload reading it, and its outputs on the job's page and in the API."""
+    from portal.api.tokens import issue_token
+    from portal.storage import datasets
+    from tests.jobs.test_datasets import MiB, upload
+
+    blob = os.urandom(5 * MiB + 7)  # two parts in the store
+    stored = upload(aws_site.alice, aws_site.project, "corpora/train.bin", blob)
+    upload(aws_site.alice, aws_site.project, "corpora/labels/a.txt", b"cat\n")
+    datasets.create_dataset(aws_site.alice, aws_site.project, name="train", path="corpora/train.bin")
+    datasets.create_dataset(aws_site.alice, aws_site.project, name="corpora", prefix="corpora")
+    script = ('sha256sum "$KAKEHASHI_DATA/train" "$KAKEHASHI_DATA/corpora/labels/a.txt"\n'
+              'sha256sum < "$KAKEHASHI_DATA/train" | cut -d" " -f1 > "$KAKEHASHI_OUTPUT_DIR/train.sha256"\n')
+    job = submitted(aws_site, name="reads-data", script=script, datasets=["train", "corpora"])
+    assert job.state == JobState.PENDING
+    backend = backend_for(job.cluster)
+    definition = backend.aws.batch.describe_jobs(jobs=[job.scheduler_id])["jobs"][0]["container"]
+    inputs = json.loads(next(e["value"] for e in definition["environment"] if e["name"] == "KAKEHASHI_INPUTS"))
+    site_bucket = django_settings.KAKEHASHI_S3_BUCKET
+    assert site_bucket != aws_site.aws.options["bucket"]  # the datasets stay where they were uploaded
+    assert {(i["path"], i["bucket"], i["sha256"]) for i in inputs} >= {
+        ("inputs/data/train", site_bucket, stored.sha256),
+        ("inputs/data/corpora/labels/a.txt", site_bucket, hashlib.sha256(b"cat\n").hexdigest())}
+
+    done = run_as_batch(backend, job.scheduler_id, aws_site.store, tmp_path / "container")
+    assert done.returncode == 0, done.stderr.decode()
+    digest = hashlib.sha256(blob).hexdigest()
+    assert f"{digest}  " in done.stdout.decode()  # what the job printed (CloudWatch Logs on AWS)
+    assert b"checked sha256" in done.stderr
+
+    assert tracking.track_cluster(job.cluster_id).finished == 1
+    job.refresh_from_db()
+    assert job.state == JobState.COMPLETED, job.state_reason
+    outputs.fetch_output(job.pk)
+    client.force_login(aws_site.alice)
+    page = client.get(reverse("job-detail", args=[job.pk])).content.decode()
+    assert "train.sha256" in page and "train" in page and "corpora" in page
+    log = client.get(reverse("job-log", args=[job.pk, "stdout"])).content.decode()
+    assert digest in log and hashlib.sha256(b"cat\n").hexdigest() in log
+    _, token = issue_token(aws_site.alice, name="cloud-data", scopes=["read"])
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+    body = client.get(f"/api/v1/jobs/{job.pk}/", **auth).json()
+    [listed] = [o for o in body["outputs"] if o["path"] == "train.sha256"]
+    assert listed["size"] == 65
+    download = client.get(listed["url"], **auth)
+    content = b"".join(download.streaming_content) if download.status_code == 200 else requests.get(
+        download["Location"], timeout=30).content
+    assert content == f"{digest}\n".encode()
+
+
+def test_a_cloud_job_whose_dataset_is_not_the_uploaded_bytes_fails_with_the_reason_and_runs_nothing(
+        aws_site, client, moto_aws, tmp_path):
+    from portal.storage import datasets
+    from tests.jobs.test_datasets import upload
+
+    liar = upload(aws_site.alice, aws_site.project, "d/liar.bin", b"real bytes")
+    type(liar).objects.filter(pk=liar.pk).update(sha256=hashlib.sha256(b"claimed bytes").hexdigest())
+    datasets.create_dataset(aws_site.alice, aws_site.project, name="liar", path="d/liar.bin")
+    job = submitted(aws_site, name="never-runs", script='echo "the payload ran"\n', datasets=["liar"])
+    backend = backend_for(job.cluster)
+    done = run_as_batch(backend, job.scheduler_id, aws_site.store, tmp_path / "container")
+    assert done.returncode == 65 and b"the payload ran" not in done.stdout
+    moto_aws.end(job.scheduler_id, done.returncode)  # what AWS records once the container exited so
+
+    assert tracking.track_cluster(job.cluster_id).finished == 1
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED
+    assert job.state_reason.startswith("input inputs/data/liar (s3://")
+    assert "does not match its checksum" in job.state_reason and liar.storage_name in job.state_reason
+    client.force_login(aws_site.alice)
+    page = client.get(reverse("job-detail", args=[job.pk])).content.decode()
+    assert "does not match its checksum" in page
+
+
+def test_the_log_view_of_a_cloud_job_is_its_cloudwatch_log_stream(aws_site, client, moto_aws, tmp_path):
+    job = submitted(aws_site, name="logs", script='echo "from the payload"\n')
+    done = run_as_batch(backend_for(job.cluster), job.scheduler_id, aws_site.store, tmp_path / "container")
+    assert done.returncode == 0, done.stderr.decode()  # stdout.log in the bucket says "from the payload"
+    stream = moto_aws.write_log(job.scheduler_id, ["epoch 1 loss 0.9", "epoch 2 loss 0.4", "from CloudWatch"])
+    assert stream == f"kakehashi-aws-p4d-24xlarge-on-demand/default/{job.scheduler_id}"
+
+    assert tracking.track_cluster(job.cluster_id).finished == 1
+    outputs.fetch_output(job.pk)
+    client.force_login(aws_site.alice)
+    log = client.get(reverse("job-log", args=[job.pk, "stdout"])).content.decode()  # the job page's log panel
+    assert "epoch 1 loss 0.9\nepoch 2 loss 0.4\nfrom CloudWatch" in log and "from the payload" not in log
+    from portal.api.tokens import issue_token
+
+    _, token = issue_token(aws_site.alice, name="cloud-logs", scopes=["read"])
+    body = client.get(f"/api/v1/jobs/{job.pk}/logs/", {"stream": "stdout"},
+                      HTTP_AUTHORIZATION=f"Bearer {token}").json()
+    assert body["data"] == "epoch 1 loss 0.9\nepoch 2 loss 0.4\nfrom CloudWatch\n"
 
 
 # ------------------------------------------------------------------------------------------ reconciler
