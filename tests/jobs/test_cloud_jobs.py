@@ -10,11 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 import requests
+from botocore.stub import Stubber
 from django.conf import settings as django_settings
 from django.core.management import call_command
 from django.urls import reverse
@@ -31,6 +33,7 @@ from portal.usage import cloud, enforcement
 from tests.backends.test_batch_entrypoint import run_as_batch
 
 pytestmark = pytest.mark.django_db
+FIXTURES = Path(__file__).resolve().parent.parent / "backends/fixtures/aws_batch"
 
 
 def submitted(site, *, name="train", hardware=None, walltime="02:00:00", nodes=1, script="echo hello\n", **extra) -> Job:
@@ -303,6 +306,98 @@ def test_a_strict_budget_cancels_a_running_cloud_job_counting_its_burn(aws_site,
     assert report.cancelled == [job.pk]
     assert actions.cancel_on_scheduler(job.pk) == "cancel sent"  # what the cancel task runs
     assert moto_aws.stop_reason(job.scheduler_id).startswith("Cancelled through Kakehashi")
+
+
+def _stubbed_pricing(cluster) -> Stubber:
+    """The Pricing API's answer for p4d.24xlarge in Tokyo, recorded (moto has no Pricing API), on the very client
+    the portal gets for the cluster (clients are shared per account and endpoint)."""
+    from backends import aws_pricing
+    from portal.clusters.connect import cloud_client
+
+    stubber = Stubber(cloud_client(cluster, "pricing", aws_pricing.PRICING_REGION))
+    stubber.add_response("get_products", json.loads((FIXTURES / "pricing-get-products-p4d-tokyo.json").read_text()),
+                         {"ServiceCode": "AmazonEC2", "MaxResults": 10,
+                          "Filters": aws_pricing._filters("ap-northeast-1", "p4d.24xlarge")})
+    return stubber
+
+
+def _stubbed_spot_history(cluster, now) -> Stubber:
+    """EC2's Spot price history for g5.xlarge in Tokyo, recorded: moto serves the call but with one constant
+    price of 0.00001 USD, which no instance has (see the test of that below)."""
+    from portal.clusters.connect import cloud_client
+
+    history = json.loads((FIXTURES / "ec2-spot-price-history-g5-tokyo.json").read_text())
+    for entry in history["SpotPriceHistory"]:
+        entry["Timestamp"] = datetime.fromisoformat(entry["Timestamp"])
+    stubber = Stubber(cloud_client(cluster, "ec2"))
+    stubber.add_response("describe_spot_price_history", history, {
+        "InstanceTypes": ["g5.xlarge"], "ProductDescriptions": ["Linux/UNIX"], "StartTime": now, "MaxResults": 1000})
+    return stubber
+
+
+def test_refreshing_prices_writes_the_table_from_aws_and_the_next_estimate_uses_them(aws_site):
+    from portal.catalog import prices
+    from portal.clusters.connect import cloud_client
+
+    CloudPrice.objects.filter(instance_type="g5.xlarge").update(price_per_hour=Decimal("0.3000"))
+    now = datetime(2026, 11, 23, 8, tzinfo=UTC)
+    with _stubbed_pricing(aws_site.aws) as pricing, _stubbed_spot_history(aws_site.aws, now) as spot:
+        saved = prices.refresh_prices(aws_site.aws, pricing=cloud_client(aws_site.aws, "pricing", "us-east-1"),
+                                      ec2=cloud_client(aws_site.aws, "ec2"), now=now)
+    pricing.assert_no_pending_responses()
+    spot.assert_no_pending_responses()
+    rows = {(p.region, p.instance_type, p.market): (p.price_per_hour, p.currency, p.source)
+            for p in CloudPrice.objects.all()}
+    assert rows == {  # on demand from the price list; Spot the highest of the region's zones
+        ("ap-northeast-1", "p4d.24xlarge", "on-demand"): (Decimal("44.4096"), "USD", "AWS price list"),
+        ("ap-northeast-1", "g5.xlarge", "spot"): (Decimal("0.4510"), "USD", "AWS price list"),
+    }
+    assert {p.instance_type for p in saved} == {"p4d.24xlarge", "g5.xlarge"}
+    assert HardwareType.objects.get(pk=aws_site.g5.pk).rate == Decimal("0.4510")
+    p4d = HardwareType.objects.get(pk=aws_site.p4d.pk)
+    assert (p4d.rate, p4d.rate_unit) == (Decimal("44.4096"), "USD")
+    change = AuditEntry.objects.filter(action="hardware.price", target_id=str(p4d.pk)).latest("pk")
+    assert (change.data["before"], change.data["after"], change.data["source"]) == (
+        "32.7726 USD", "44.4096 USD", "AWS price list")
+    estimate = actions.prepare_job(aws_site.alice, JobRequest(
+        project=aws_site.project, name="priced", script="true\n", hardware=p4d, software=aws_site.pytorch,
+        walltime="01:00:00")).estimate
+    assert (estimate.amount, estimate.unit) == (Decimal("6661.4400"), "JPY")  # 44.4096 USD × 1 h × 150 JPY/USD
+
+
+def test_a_spot_price_too_small_for_the_table_is_not_written_as_free(aws_site, moto_aws):
+    from portal.catalog import prices
+    from portal.clusters.connect import cloud_client
+
+    answer = moto_aws.client("ec2").describe_spot_price_history(InstanceTypes=["g5.xlarge"])["SpotPriceHistory"]
+    assert answer and {e["SpotPrice"] for e in answer} == {"0.00001"}  # what moto's EC2 says for every type
+    with _stubbed_pricing(aws_site.aws):
+        saved = prices.refresh_prices(aws_site.aws, pricing=cloud_client(aws_site.aws, "pricing", "us-east-1"),
+                                      ec2=cloud_client(aws_site.aws, "ec2"))
+    assert [p.instance_type for p in saved] == ["p4d.24xlarge"]
+    assert CloudPrice.objects.get(instance_type="g5.xlarge").price_per_hour == Decimal("0.4510")  # kept
+    assert HardwareType.objects.get(pk=aws_site.g5.pk).rate == Decimal("0.4510")
+
+
+def test_the_refresh_cloud_prices_command_prints_the_rows_and_says_when_aws_does_not_answer(aws_site, capsys):
+    from django.core.management.base import CommandError
+
+    with _stubbed_pricing(aws_site.aws):  # and moto's EC2 for Spot, whose price is too small to keep
+        call_command("refresh_cloud_prices", "aws")
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == ["p4d.24xlarge on-demand in ap-northeast-1: 44.4096 USD/h"] and CloudPrice.objects.count() == 2
+    assert HardwareType.objects.get(pk=aws_site.p4d.pk).rate == Decimal("44.4096")
+
+    from backends import aws_pricing
+    from portal.clusters.connect import cloud_client
+
+    with Stubber(cloud_client(aws_site.aws, "pricing", aws_pricing.PRICING_REGION)) as stubber:
+        stubber.add_client_error("get_products", "AccessDeniedException", "not authorized to perform pricing:GetProducts")
+        with pytest.raises(CommandError, match="AWS did not give the prices: .*pricing:GetProducts"):
+            call_command("refresh_cloud_prices", "aws")
+    assert HardwareType.objects.get(pk=aws_site.p4d.pk).rate == Decimal("44.4096")  # the table is kept
+    with pytest.raises(CommandError, match="no AWS Batch cluster 'local'"):
+        call_command("refresh_cloud_prices", "local")
 
 
 def test_a_sweep_on_aws_is_one_array_job_whose_points_are_each_tracked_to_their_end(aws_site):
