@@ -202,6 +202,28 @@ def test_a_cloud_job_whose_dataset_is_not_the_uploaded_bytes_fails_with_the_reas
     assert "does not match its checksum" in page
 
 
+def test_a_dataset_in_an_object_store_the_clouds_containers_cannot_read_fails_the_job_before_it_reaches_aws(
+        aws_site, moto_aws):
+    from portal.storage import datasets
+    from tests.jobs.test_datasets import upload
+
+    upload(aws_site.alice, aws_site.project, "d/on-prem.bin", b"kept at the centre")
+    datasets.create_dataset(aws_site.alice, aws_site.project, name="on-prem", path="d/on-prem.bin")
+    # The portal's store is the centre's SeaweedFS; this cluster's containers read AWS S3 itself.
+    aws_site.aws.options = {k: v for k, v in aws_site.aws.options.items() if k != "s3_endpoint_url"}
+    aws_site.aws.save()
+    job = actions.submit_job(aws_site.alice, JobRequest(project=aws_site.project, name="far", script="true\n",
+                                                        hardware=aws_site.p4d, software=aws_site.pytorch,
+                                                        datasets=["on-prem"])).job
+    assert actions.dispatch_job(job.pk).status == "refused"
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED and job.scheduler_id == ""
+    assert "dataset on-prem is in the portal's object store (http://127.0.0.1:" in job.state_reason
+    assert "do not read (they read AWS S3)" in job.state_reason
+    assert moto_aws.client("batch").list_jobs(jobQueue="kakehashi-aws-p4d-24xlarge-on-demand",
+                                              jobStatus="SUCCEEDED")["jobSummaryList"] == []
+
+
 def test_the_log_view_of_a_cloud_job_is_its_cloudwatch_log_stream(aws_site, client, moto_aws, tmp_path):
     job = submitted(aws_site, name="logs", script='echo "from the payload"\n')
     done = run_as_batch(backend_for(job.cluster), job.scheduler_id, aws_site.store, tmp_path / "container")
