@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -242,6 +243,40 @@ def test_the_log_view_of_a_cloud_job_is_its_cloudwatch_log_stream(aws_site, clie
     body = client.get(f"/api/v1/jobs/{job.pk}/logs/", {"stream": "stdout"},
                       HTTP_AUTHORIZATION=f"Bearer {token}").json()
     assert body["data"] == "epoch 1 loss 0.9\nepoch 2 loss 0.4\nfrom CloudWatch\n"
+
+
+def test_a_notebook_job_on_aws_runs_papermill_in_the_container_and_the_executed_notebook_is_on_its_page(
+        aws_site, client, tmp_path):
+    from tests.jobs.test_executed_notebook import text_of
+    from tests.jobs.test_notebook_form import notebook
+
+    job = actions.submit_job(aws_site.alice, JobRequest(
+        project=aws_site.project, name="nb-cloud", notebook=notebook(body="print(f'result={lr * epochs}')"),
+        parameters={"lr": 0.5, "epochs": 4}, hardware=aws_site.p4d, software=aws_site.pytorch,
+        walltime="00:30:00")).job
+    assert job.kind == Job.Kind.NOTEBOOK and "papermill notebook.ipynb" in job.script
+    assert actions.dispatch_job(job.pk).status == "submitted"
+    job.refresh_from_db()
+    # The image has papermill and a python3 kernel (as NGC's PyTorch image with papermill added does); here the
+    # test's own environment plays the image's.
+    image_path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
+    done = run_as_batch(backend_for(job.cluster), job.scheduler_id, aws_site.store, tmp_path / "container",
+                        PATH=image_path)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+
+    assert tracking.track_cluster(job.cluster_id).finished == 1
+    job.refresh_from_db()
+    assert job.state == JobState.COMPLETED, job.state_reason
+    outputs.fetch_output(job.pk)
+    assert job.artifacts.filter(path="notebook.ipynb").exists()
+    client.force_login(aws_site.alice)
+    page = client.get(reverse("job-detail", args=[job.pk])).content.decode()
+    assert reverse("job-executed-notebook", args=[job.pk]) in page
+    assert "<code>lr=0.5</code>, <code>epochs=4</code>" in page
+    rendered = client.get(reverse("job-executed-notebook", args=[job.pk]))
+    assert rendered.status_code == 200
+    text = text_of(rendered.content.decode())
+    assert "# Parameters\nlr = 0.5\nepochs = 4" in text and "result=2.0" in text
 
 
 # ------------------------------------------------------------------------------------------ reconciler
