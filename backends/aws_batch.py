@@ -37,6 +37,7 @@ from backends.base import (
     Reach,
     RemoteFile,
     StagingReport,
+    State,
     SubmitRefused,
 )
 from backends.safety import validate_spec
@@ -253,7 +254,24 @@ class AWSBatchBackend(Backend):
                  in ENDED}
         missing = [i for i in ids if i not in known]
         described = {**known, **(self.describe(missing) if missing else {})}
-        return {i: parse_record(job) for i, job in described.items() if job["status"] in ENDED}
+        records = {i: parse_record(job) for i, job in described.items() if job["status"] in ENDED}
+        for job_id, record in records.items():
+            if record.state == State.FAILED and record.exit_code == defs.EXIT_BAD_INPUT:
+                # The entrypoint refused to run the payload and said why in the job's directory.
+                why = self._entrypoint_failure(described[job_id])
+                if why:
+                    records[job_id] = replace(record, reason=why)
+        return records
+
+    def _entrypoint_failure(self, job: Mapping[str, Any]) -> str:
+        environment = {e.get("name"): e.get("value") for e in (job.get("container") or {}).get("environment") or []}
+        prefix = str(environment.get("KAKEHASHI_S3_PREFIX") or "").rstrip("/")
+        if not prefix:
+            return ""
+        index = (job.get("arrayProperties") or {}).get("index")
+        if index is not None:  # an element pushes under its own directory, counted from 1 as in the portal
+            prefix = f"{prefix}/{int(index) + 1}"
+        return self.read_file(prefix, defs.FAILURE_FILE, limit=4096).decode("utf-8", "replace").strip()
 
     def cancel(self, scheduler_id: str, reason: str = defs.CANCEL_REASON) -> None:
         """`cancel_job` while it waits, `terminate_job` once it started; nothing once it ended. `reason` is what
@@ -352,7 +370,7 @@ class AWSBatchBackend(Backend):
         object of a dataset becomes one of the spec's S3 inputs, at inputs/data/<name>[/<path>]. A path registered
         on a cluster has no meaning in the cloud."""
         check_inputs(project, datasets)
-        inputs = dict(spec.inputs)
+        inputs, checksums = dict(spec.inputs), dict(spec.input_sha256)
         for dataset in datasets:
             if dataset.cluster_path:
                 raise DataRefused(f"dataset {dataset.name} is a path on a cluster: a cloud job cannot read it")
@@ -360,8 +378,11 @@ class AWSBatchBackend(Backend):
                 if not f.url.startswith("s3://"):
                     raise DataRefused(f"dataset {dataset.name}: the portal keeps its files on its own disk, where a "
                                       "cloud job cannot read them (an object store is needed)")
-                inputs[f"data/{dataset.name}" + (f"/{f.path}" if f.path else "")] = f.url
-        return replace(spec, inputs=inputs), StagingReport()
+                path = f"data/{dataset.name}" + (f"/{f.path}" if f.path else "")
+                inputs[path] = f.url
+                if f.sha256:
+                    checksums[path] = f.sha256  # checked by the container as the bytes arrive
+        return replace(spec, inputs=inputs, input_sha256=checksums), StagingReport()
 
     def stream_file(self, workdir: str, path: str) -> Iterator[bytes]:
         key = f"{workdir.rstrip('/')}/{path}"

@@ -28,6 +28,10 @@ from backends.spec import InvalidJobSpec, JobSpec, Launcher
 
 DIRECTIVE_PREFIX = "#AWSBATCH"
 CANCEL_REASON = "Cancelled through Kakehashi"
+# What the entrypoint exits with, and the file it leaves the reason in, when an input is not the bytes the portal
+# recorded (backends/batch_entrypoint.py, which cannot import this: it runs alone in the container).
+EXIT_BAD_INPUT = 65
+FAILURE_FILE = "kakehashi-failure"
 # What the portal's reconciler says when it stops a job itself (portal/usage/cloud.py).
 RECONCILER_REASON = "Stopped by Kakehashi's reconciler"
 WALLTIME_REASON = f"{RECONCILER_REASON}: past its walltime"
@@ -126,7 +130,8 @@ def _container(spec: JobSpec, settings: Mapping[str, object], *, shown: bool) ->
     if settings.get("s3_endpoint_url"):
         environment["KAKEHASHI_S3_ENDPOINT_URL"] = str(settings["s3_endpoint_url"])
     if spec.inputs:
-        environment["KAKEHASHI_INPUTS"] = json.dumps([_input(path, url) for path, url in sorted(spec.inputs.items())])
+        environment["KAKEHASHI_INPUTS"] = json.dumps([_input(path, url, spec.input_sha256.get(path, ""))
+                                                      for path, url in sorted(spec.inputs.items())])
     container: dict[str, Any] = {
         "image": image_of(spec, settings),
         "command": entrypoint_command(settings, shown=shown),
@@ -142,13 +147,15 @@ def _container(spec: JobSpec, settings: Mapping[str, object], *, shown: bool) ->
     return container
 
 
-def _input(path: str, url: str) -> dict[str, str]:
+def _input(path: str, url: str, sha256: str = "") -> dict[str, str]:
     if not url.startswith("s3://") or "/" not in url[5:]:
         raise InvalidJobSpec(f"input {path}: {url!r} is not an s3://bucket/key address")
     if path.startswith("/") or ".." in path.split("/"):
         raise InvalidJobSpec(f"input path {path!r} must stay inside the job's inputs/ directory")
     bucket, _, key = url[5:].partition("/")
-    return {"path": f"inputs/{path}", "bucket": bucket, "key": key}
+    if sha256 and not re.fullmatch(r"[0-9a-f]{64}", sha256):
+        raise InvalidJobSpec(f"input {path}: {sha256!r} is not a SHA-256 in hex")
+    return {"path": f"inputs/{path}", "bucket": bucket, "key": key, **({"sha256": sha256} if sha256 else {})}
 
 
 def job_definition(spec: JobSpec, settings: Mapping[str, object], *, shown: bool = False) -> dict[str, Any]:

@@ -6,8 +6,11 @@ container's command: the job definition runs `python3 -c <this file>`, or a site
 sets the cluster option "entrypoint" to its path. Without boto3 in the image it installs it into /tmp first.
 
 1. Pull `<prefix>/bundle.tar` (the job directory the portal rendered: job.sh, payload.sh, the job's files, an
-   array's element directories) and the objects KAKEHASHI_INPUTS lists ([{"bucket", "key", "path"}], each path
-   relative to the directory the payload runs in) from the object store (any S3 endpoint).
+   array's element directories) and the objects KAKEHASHI_INPUTS lists ([{"bucket", "key", "path", "sha256"}],
+   each path relative to the directory the payload runs in) from the object store (any S3 endpoint). An input
+   with a "sha256" (a dataset's, as the portal recorded it at upload) is hashed as its bytes arrive; one that
+   does not match is deleted, the payload does not run, and the job fails with exit status 65 (EX_DATAERR) and
+   the reason in stderr.log and `kakehashi-failure`, which the portal shows as the job's reason.
 2. Run `bash job.sh` there, its stdout and stderr going both to the container's own (CloudWatch Logs, which the
    portal's log view reads while the job runs) and to stdout.log/stderr.log.
 3. Push outputs/, stdout.log, stderr.log and the exit status back under the job's prefix (an array element's
@@ -21,6 +24,7 @@ as it does on a cluster, and the other nodes wait for Batch to stop them when it
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -34,6 +38,13 @@ import time
 from pathlib import Path
 
 BOTO3_PIN = "boto3==1.44.5"
+EXIT_BAD_INPUT = 65  # EX_DATAERR: an input is not the bytes the portal recorded
+FAILURE_FILE = "kakehashi-failure"
+CHUNK = 8 << 20
+
+
+class InputMismatch(Exception):
+    """An input's bytes are not what its recorded SHA-256 says: the payload must not run on them."""
 
 
 def log(message: str) -> None:
@@ -97,8 +108,33 @@ def pull(s3, bucket: str, prefix: str, workdir: Path, rundir: Path, inputs: list
         if not str(target).startswith(str(rundir.resolve()) + os.sep):
             raise ValueError(f"input path {item['path']!r} leaves the job's directory")
         target.parent.mkdir(parents=True, exist_ok=True)
-        s3.download_file(item.get("bucket") or bucket, item["key"], str(target))
-        log(f"pulled s3://{item.get('bucket') or bucket}/{item['key']} to {item['path']}")
+        source = item.get("bucket") or bucket
+        if item.get("sha256"):
+            fetch_checked(s3, source, item["key"], target, item["sha256"], item["path"])
+            log(f"pulled s3://{source}/{item['key']} to {item['path']} (checked sha256 {item['sha256'][:12]}...)")
+        else:
+            s3.download_file(source, item["key"], str(target))
+            log(f"pulled s3://{source}/{item['key']} to {item['path']}")
+
+
+def fetch_checked(s3, bucket: str, key: str, target: Path, expected: str, shown: str) -> None:
+    """One object to `target`, hashed while it streams in (no second read of a large file); on a mismatch
+    nothing is left at `target`."""
+    digest, size = hashlib.sha256(), 0
+    partial = target.with_name(target.name + ".kakehashi-partial")
+    try:
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"]
+        with open(partial, "wb") as out:
+            for chunk in body.iter_chunks(CHUNK):
+                digest.update(chunk)
+                out.write(chunk)
+                size += len(chunk)
+        if digest.hexdigest() != expected:
+            raise InputMismatch(f"input {shown} (s3://{bucket}/{key}, {size} bytes) does not match its checksum: "
+                                f"sha256 {digest.hexdigest()}, the portal recorded {expected}")
+        partial.replace(target)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def _copy(stream, *sinks) -> None:
@@ -140,7 +176,7 @@ def push(s3, bucket: str, prefix: str, rundir: Path, status: int, *, main: bool 
     pushed = 0
     if main:
         (rundir / "kakehashi-exit-status").write_text(f"{status}\n")
-        for name in ("stdout.log", "stderr.log", "kakehashi-exit-status"):
+        for name in ("stdout.log", "stderr.log", "kakehashi-exit-status", FAILURE_FILE):
             if (rundir / name).is_file():
                 s3.upload_file(str(rundir / name), bucket, f"{prefix}/{name}")
     outputs = rundir / "outputs"
@@ -150,6 +186,18 @@ def push(s3, bucket: str, prefix: str, rundir: Path, status: int, *, main: bool 
                 s3.upload_file(str(path), bucket, f"{prefix}/outputs/{path.relative_to(outputs).as_posix()}")
                 pushed += 1
     return pushed
+
+
+def refuse(s3, bucket: str, prefix: str, rundir: Path, reason: str, *, main: bool) -> int:
+    """The payload does not run: the reason goes to the container's log, stderr.log and kakehashi-failure."""
+    log(reason)
+    rundir.mkdir(parents=True, exist_ok=True)
+    with open(rundir / "stderr.log", "a") as err:
+        err.write(f"kakehashi-entrypoint: {reason}\n")
+    (rundir / FAILURE_FILE).write_text(reason + "\n")
+    push(s3, bucket, prefix, rundir, EXIT_BAD_INPUT, main=main)
+    log(f"exit status {EXIT_BAD_INPUT}")
+    return EXIT_BAD_INPUT
 
 
 def main() -> int:
@@ -167,10 +215,14 @@ def main() -> int:
     rundir = workdir / element if element else workdir
     s3 = s3_client()
     started = time.monotonic()
-    pull(s3, bucket, prefix, workdir, rundir, json.loads(env.get("KAKEHASHI_INPUTS") or "[]"))
+    target = f"{prefix}/{element}" if element else prefix
+    try:
+        pull(s3, bucket, prefix, workdir, rundir, json.loads(env.get("KAKEHASHI_INPUTS") or "[]"))
+    except InputMismatch as exc:
+        return refuse(s3, bucket, target, rundir, str(exc), main=is_main_node(env))
     log(f"pulled s3://{bucket}/{prefix} in {time.monotonic() - started:.1f} s")
     status = run(workdir, rundir, env)
-    pushed = push(s3, bucket, f"{prefix}/{element}" if element else prefix, rundir, status, main=is_main_node(env))
+    pushed = push(s3, bucket, target, rundir, status, main=is_main_node(env))
     log(f"pushed {pushed} file(s) from outputs/ to s3://{bucket}/{prefix}{'/' + element if element else ''}/outputs/")
     log(f"exit status {status}")
     return status

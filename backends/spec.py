@@ -111,6 +111,9 @@ class JobSpec:
     # {"cifar10/train.tar": "s3://bucket/projects/vision/cifar10/train.tar"}. A cloud container pulls them itself
     # (backends/batch_entrypoint.py). Datasets attached in the portal (issue 13's staging) arrive here too.
     inputs: Mapping[str, str] = field(default_factory=dict)
+    # The SHA-256 (hex) the portal recorded for some of those inputs, by the same path: a container that pulls
+    # them checks each on arrival and fails the job rather than run on bytes that are not the dataset's.
+    input_sha256: Mapping[str, str] = field(default_factory=dict)
     # Names of the datasets the job reads, each at $KAKEHASHI_DATA/<name> (a link into the job directory's data/,
     # made by `Backend.stage_data` before the submit). Only the names: they are all the script needs.
     datasets: Sequence[str] = ()

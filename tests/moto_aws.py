@@ -85,3 +85,39 @@ class MotoAWS:
 
         job = batch_backends[ACCOUNT][self.region].get_job_by_id(job_id)
         return job.job_stopped_reason if job.stop else None
+
+    def end(self, job_id: str, exit_code: int) -> None:
+        """End moto's job as AWS does once its container exits with `exit_code` (moto without Docker ends every
+        job SUCCEEDED the moment it is submitted): the status, AWS's statusReason and the attempt's exit code."""
+        from moto.batch.models import batch_backends
+
+        job = batch_backends[ACCOUNT][self.region].get_job_by_id(job_id)
+        job.status = "SUCCEEDED" if exit_code == 0 else "FAILED"
+        job.job_stopped = True
+        job.job_stopped_reason = None if exit_code == 0 else "Essential container in task exited"
+        job.exit_code = exit_code
+        for attempt in job.attempts[-1:]:
+            attempt["container"]["exitCode"] = exit_code
+
+    def write_log(self, job_id: str, lines: list[str]) -> str:
+        """What Batch's awslogs driver does for a container: a stream in /aws/batch/job named
+        <definition>/default/<task>, its lines as events, and the stream's name on the job. The group, stream and
+        events are made through the Logs API over HTTP; only the name on moto's job record is set here, which
+        moto without Docker never sets. Returns the stream's name."""
+        import time
+
+        from moto.batch.models import batch_backends
+
+        job = batch_backends[ACCOUNT][self.region].get_job_by_id(job_id)
+        logs, group = self.client("logs"), "/aws/batch/job"
+        stream = f"{job.job_definition.name}/default/{job_id}"
+        try:
+            logs.create_log_group(logGroupName=group)
+        except logs.exceptions.ResourceAlreadyExistsException:
+            pass
+        logs.create_log_stream(logGroupName=group, logStreamName=stream)
+        now = int(time.time() * 1000)
+        logs.put_log_events(logGroupName=group, logStreamName=stream,
+                            logEvents=[{"timestamp": now + i, "message": line} for i, line in enumerate(lines)])
+        job.log_stream_name = stream
+        return stream

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
@@ -24,6 +25,8 @@ from portal.catalog.models import CloudPrice, HardwareType
 from portal.catalog.queries import hardware_for_project
 from portal.clusters.cloud import CLOUD_KIND, last_seen
 from portal.clusters.connect import backend_settings
+
+PRICE_STEP = Decimal("0.0001")  # CloudPrice.price_per_hour's decimal places
 
 
 def cloud_hardware(cluster=None):
@@ -75,12 +78,15 @@ def refresh_prices(cluster, *, pricing, ec2, now: datetime | None = None) -> lis
         offers += aws_pricing.on_demand_offers(pricing, region, sorted(wanted[CloudPrice.Market.ON_DEMAND]))
     if wanted.get(CloudPrice.Market.SPOT):
         offers += aws_pricing.spot_offers(ec2, region, sorted(wanted[CloudPrice.Market.SPOT]), now or datetime.now(UTC))
+    # The table keeps 4 decimals: a price that would round to 0 there would make the hardware free. None is real
+    # (moto's Spot history answers 0.00001); such an answer is left out and the row keeps its last price.
+    offers = [o for o in offers if o.price_per_hour.quantize(PRICE_STEP) > 0]
     saved = []
     with transaction.atomic():
         for offer in offers:
             price, _ = CloudPrice.objects.update_or_create(
                 region=offer.region, instance_type=offer.instance_type, market=offer.market,
-                defaults={"price_per_hour": offer.price_per_hour, "currency": offer.currency, "source": "AWS price list"},
+                defaults={"price_per_hour": offer.price_per_hour.quantize(PRICE_STEP), "currency": offer.currency, "source": "AWS price list"},
             )
             saved.append(price)
         apply_prices()

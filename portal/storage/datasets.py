@@ -13,6 +13,7 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.files.storage import default_storage
 from django.db import IntegrityError, transaction
@@ -185,10 +186,28 @@ def _data_file(path: str, stored: StoredFile) -> DataFile:
     return DataFile(path, stored.sha256, stored.size, _opener(stored.storage_name), url=url)
 
 
+def _check_cloud_reach(dataset: Dataset, cluster: Cluster) -> None:
+    """A cloud job's container pulls the dataset itself from the S3 endpoint its cluster names (AWS's own when
+    none): the portal's store must be that endpoint, or the job would start, find no such bucket and fail."""
+    from portal.clusters.cloud import CLOUD_KIND
+
+    if cluster.kind != CLOUD_KIND or not objectstore.configured():
+        return
+    site = (settings.KAKEHASHI_S3_ENDPOINT_URL or "").rstrip("/")
+    cloud = str((cluster.options or {}).get("s3_endpoint_url") or "").rstrip("/")
+    if site != cloud:
+        raise DataRefused(
+            f"dataset {dataset.name} is in the portal's object store ({site or 'AWS S3'}), which the containers of "
+            f"{cluster.name} do not read (they read {cloud or 'AWS S3'}): a site admin must give the cluster the "
+            "portal's S3 endpoint (option s3_endpoint_url), or keep the portal's bucket on AWS S3")
+
+
 def data_inputs(datasets: Iterable[Dataset], cluster: Cluster) -> list[DataInput]:
     """What the backend stages for a job (worker side): each dataset's files as they are now, or its path."""
     inputs = []
     for dataset in datasets:
+        if dataset.kind != DatasetKind.CLUSTER_PATH:
+            _check_cloud_reach(dataset, cluster)
         if dataset.kind == DatasetKind.FILE:
             inputs.append(DataInput(dataset.name, files=[_data_file("", dataset.stored_file)]))
         elif dataset.kind == DatasetKind.FOLDER:

@@ -6,6 +6,7 @@ payload's status. There is no container runtime here: the command runs as a proc
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -71,6 +72,37 @@ def test_the_entrypoint_pulls_the_input_runs_the_payload_and_pushes_outputs_and_
     assert backend.read_file(spec.workdir, "outputs/plots/params.txt") == b"lr=0.01\n"
     assert backend.read_output(spec.workdir, "stderr").endswith(b"a warning\n")
     assert backend.read_file(spec.workdir, "kakehashi-exit-status") == b"0\n"
+
+
+def test_an_input_whose_bytes_do_not_match_its_checksum_fails_the_job_before_the_payload_runs(backend, cloud_bucket,
+                                                                                              tmp_path):
+    from backends import aws_batch_defs, batch_entrypoint
+
+    store, bucket = cloud_bucket
+    data = b"a,1\nb,2\n"
+    store.client().put_object(Bucket=bucket, Key="projects/vision/good.csv", Body=data)
+    store.client().put_object(Bucket=bucket, Key="projects/vision/swapped.csv", Body=b"not the uploaded bytes\n")
+    claimed = hashlib.sha256(b"the uploaded bytes\n").hexdigest()
+    spec = JobSpec(name="kh-eeeeeeeeee-liar", payload=PAYLOAD, walltime_seconds=600,
+                   workdir="kakehashi-jobs/kh-eeeeeeeeee-liar", container="docker://python:3.12",
+                   resources=Resources(mapping=P4D),
+                   inputs={"data/points.csv": f"s3://{bucket}/projects/vision/good.csv",
+                           "data/z.csv": f"s3://{bucket}/projects/vision/swapped.csv"},
+                   input_sha256={"data/points.csv": hashlib.sha256(data).hexdigest(), "data/z.csv": claimed})
+    job_id = backend.submit(spec)
+    done = run_as_batch(backend, job_id, store, tmp_path / "container")
+
+    assert done.returncode == batch_entrypoint.EXIT_BAD_INPUT == aws_batch_defs.EXIT_BAD_INPUT == 65
+    assert b"checked sha256" in done.stderr  # the good one was checked and kept
+    why = f"input inputs/data/z.csv (s3://{bucket}/projects/vision/swapped.csv, 23 bytes) does not match its checksum"
+    assert why in done.stderr.decode()
+    assert b"reading" not in done.stdout  # the payload never ran
+    assert not (tmp_path / "container/inputs/data/z.csv").exists()
+    assert list((tmp_path / "container/inputs/data").iterdir()) == [tmp_path / "container/inputs/data/points.csv"]
+    assert backend.list_outputs(spec.workdir) == []
+    assert why in backend.read_file(spec.workdir, aws_batch_defs.FAILURE_FILE).decode()
+    assert why in backend.read_output(spec.workdir, "stderr").decode()
+    assert backend.read_file(spec.workdir, "kakehashi-exit-status") == b"65\n"
 
 
 def test_the_container_exits_with_the_payloads_status_and_still_pushes_what_it_wrote(backend, cloud_bucket, tmp_path):

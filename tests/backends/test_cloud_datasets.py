@@ -26,10 +26,13 @@ def test_a_cloud_job_reads_its_datasets_from_the_object_store_at_inputs_data():
     assert report.copied_files == 0  # nothing moves through the portal
     environment = {e["name"]: e["value"] for e in job_definition(staged, backend.settings)["containerProperties"]["environment"]}
     assert json.loads(environment["KAKEHASHI_INPUTS"]) == [
-        {"path": "inputs/data/corpus/a.txt", "bucket": "site-bucket", "key": "projects/vision/corpus/a.txt"},
-        {"path": "inputs/data/corpus/b/c.txt", "bucket": "site-bucket", "key": "projects/vision/corpus/b/c.txt"},
-        {"path": "inputs/data/weights", "bucket": "site-bucket", "key": "projects/vision/model.bin"},
-    ]
+        {"path": "inputs/data/corpus/a.txt", "bucket": "site-bucket", "key": "projects/vision/corpus/a.txt",
+         "sha256": "ab" * 32},
+        {"path": "inputs/data/corpus/b/c.txt", "bucket": "site-bucket", "key": "projects/vision/corpus/b/c.txt",
+         "sha256": "ab" * 32},
+        {"path": "inputs/data/weights", "bucket": "site-bucket", "key": "projects/vision/model.bin",
+         "sha256": "ab" * 32},
+    ]  # each checked as it arrives (backends/batch_entrypoint.py)
     assert 'export KAKEHASHI_DATA="$PWD/inputs/data"' in backend.render(staged)
 
 

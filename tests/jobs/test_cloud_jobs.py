@@ -7,10 +7,18 @@ moto's Batch ends a job as it is submitted, so a job that must wait or run is he
 
 from __future__ import annotations
 
-from datetime import timedelta
+import hashlib
+import json
+import os
+import sys
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
+import requests
+from botocore.stub import Stubber
+from django.conf import settings as django_settings
 from django.core.management import call_command
 from django.urls import reverse
 from django.utils import timezone
@@ -26,6 +34,7 @@ from portal.usage import cloud, enforcement
 from tests.backends.test_batch_entrypoint import run_as_batch
 
 pytestmark = pytest.mark.django_db
+FIXTURES = Path(__file__).resolve().parent.parent / "backends/fixtures/aws_batch"
 
 
 def submitted(site, *, name="train", hardware=None, walltime="02:00:00", nodes=1, script="echo hello\n", **extra) -> Job:
@@ -92,7 +101,7 @@ def test_a_cloud_job_is_refused_when_its_estimate_exceeds_a_strict_budget(aws_si
                                                       nodes=2, walltime="10:00:00"))
 
 
-def test_a_cloud_job_runs_with_its_data_and_the_portal_shows_its_log_and_outputs(aws_site, client, tmp_path):
+def test_a_cloud_job_runs_and_the_portal_shows_its_log_and_outputs(aws_site, client, tmp_path):
     store = aws_site.store
     job = submitted(aws_site, script='echo "training on $(hostname)"\nmkdir -p outputs && echo 0.93 > outputs/accuracy.txt\n')
     assert job.state == JobState.PENDING and job.remote_dir == f"kakehashi-jobs/{job.scheduler_name}"
@@ -116,6 +125,158 @@ def test_a_cloud_job_runs_with_its_data_and_the_portal_shows_its_log_and_outputs
     ledger = dict(LedgerEntry.objects.filter(job=job).values_list("kind", "amount"))
     assert ledger["reserve"] == Decimal("9831.7800") and ledger["release"] == ledger["reserve"]
     assert "settle" in ledger
+
+
+def test_a_dataset_uploaded_to_the_site_bucket_is_read_by_a_cloud_job_and_its_outputs_come_back(aws_site, client, tmp_path):
+    """The whole way: a multipart upload by presigned URLs to the portal's bucket, a dataset attached to a job on
+    AWS Batch, the dispatch, the container's entrypoint pulling it from the site bucket (not the cluster's) and
+    checking it, the payload reading it, and its outputs on the job's page and in the API."""
+    from portal.api.tokens import issue_token
+    from portal.storage import datasets
+    from tests.jobs.test_datasets import MiB, upload
+
+    blob = os.urandom(5 * MiB + 7)  # two parts in the store
+    stored = upload(aws_site.alice, aws_site.project, "corpora/train.bin", blob)
+    upload(aws_site.alice, aws_site.project, "corpora/labels/a.txt", b"cat\n")
+    datasets.create_dataset(aws_site.alice, aws_site.project, name="train", path="corpora/train.bin")
+    datasets.create_dataset(aws_site.alice, aws_site.project, name="corpora", prefix="corpora")
+    script = ('sha256sum "$KAKEHASHI_DATA/train" "$KAKEHASHI_DATA/corpora/labels/a.txt"\n'
+              'sha256sum < "$KAKEHASHI_DATA/train" | cut -d" " -f1 > "$KAKEHASHI_OUTPUT_DIR/train.sha256"\n')
+    job = submitted(aws_site, name="reads-data", script=script, datasets=["train", "corpora"])
+    assert job.state == JobState.PENDING
+    backend = backend_for(job.cluster)
+    definition = backend.aws.batch.describe_jobs(jobs=[job.scheduler_id])["jobs"][0]["container"]
+    inputs = json.loads(next(e["value"] for e in definition["environment"] if e["name"] == "KAKEHASHI_INPUTS"))
+    site_bucket = django_settings.KAKEHASHI_S3_BUCKET
+    assert site_bucket != aws_site.aws.options["bucket"]  # the datasets stay where they were uploaded
+    assert {(i["path"], i["bucket"], i["sha256"]) for i in inputs} >= {
+        ("inputs/data/train", site_bucket, stored.sha256),
+        ("inputs/data/corpora/labels/a.txt", site_bucket, hashlib.sha256(b"cat\n").hexdigest())}
+
+    done = run_as_batch(backend, job.scheduler_id, aws_site.store, tmp_path / "container")
+    assert done.returncode == 0, done.stderr.decode()
+    digest = hashlib.sha256(blob).hexdigest()
+    assert f"{digest}  " in done.stdout.decode()  # what the job printed (CloudWatch Logs on AWS)
+    assert b"checked sha256" in done.stderr
+
+    assert tracking.track_cluster(job.cluster_id).finished == 1
+    job.refresh_from_db()
+    assert job.state == JobState.COMPLETED, job.state_reason
+    outputs.fetch_output(job.pk)
+    client.force_login(aws_site.alice)
+    page = client.get(reverse("job-detail", args=[job.pk])).content.decode()
+    assert "train.sha256" in page and "train" in page and "corpora" in page
+    log = client.get(reverse("job-log", args=[job.pk, "stdout"])).content.decode()
+    assert digest in log and hashlib.sha256(b"cat\n").hexdigest() in log
+    _, token = issue_token(aws_site.alice, name="cloud-data", scopes=["read"])
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+    body = client.get(f"/api/v1/jobs/{job.pk}/", **auth).json()
+    [listed] = [o for o in body["outputs"] if o["path"] == "train.sha256"]
+    assert listed["size"] == 65
+    download = client.get(listed["url"], **auth)
+    content = b"".join(download.streaming_content) if download.status_code == 200 else requests.get(
+        download["Location"], timeout=30).content
+    assert content == f"{digest}\n".encode()
+
+
+def test_a_cloud_job_whose_dataset_is_not_the_uploaded_bytes_fails_with_the_reason_and_runs_nothing(
+        aws_site, client, moto_aws, tmp_path):
+    from portal.storage import datasets
+    from tests.jobs.test_datasets import upload
+
+    liar = upload(aws_site.alice, aws_site.project, "d/liar.bin", b"real bytes")
+    type(liar).objects.filter(pk=liar.pk).update(sha256=hashlib.sha256(b"claimed bytes").hexdigest())
+    datasets.create_dataset(aws_site.alice, aws_site.project, name="liar", path="d/liar.bin")
+    job = submitted(aws_site, name="never-runs", script='echo "the payload ran"\n', datasets=["liar"])
+    backend = backend_for(job.cluster)
+    done = run_as_batch(backend, job.scheduler_id, aws_site.store, tmp_path / "container")
+    assert done.returncode == 65 and b"the payload ran" not in done.stdout
+    moto_aws.end(job.scheduler_id, done.returncode)  # what AWS records once the container exited so
+
+    assert tracking.track_cluster(job.cluster_id).finished == 1
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED
+    assert job.state_reason.startswith("input inputs/data/liar (s3://")
+    assert "does not match its checksum" in job.state_reason and liar.storage_name in job.state_reason
+    client.force_login(aws_site.alice)
+    page = client.get(reverse("job-detail", args=[job.pk])).content.decode()
+    assert "does not match its checksum" in page
+
+
+def test_a_dataset_in_an_object_store_the_clouds_containers_cannot_read_fails_the_job_before_it_reaches_aws(
+        aws_site, moto_aws):
+    from portal.storage import datasets
+    from tests.jobs.test_datasets import upload
+
+    upload(aws_site.alice, aws_site.project, "d/on-prem.bin", b"kept at the centre")
+    datasets.create_dataset(aws_site.alice, aws_site.project, name="on-prem", path="d/on-prem.bin")
+    # The portal's store is the centre's SeaweedFS; this cluster's containers read AWS S3 itself.
+    aws_site.aws.options = {k: v for k, v in aws_site.aws.options.items() if k != "s3_endpoint_url"}
+    aws_site.aws.save()
+    job = actions.submit_job(aws_site.alice, JobRequest(project=aws_site.project, name="far", script="true\n",
+                                                        hardware=aws_site.p4d, software=aws_site.pytorch,
+                                                        datasets=["on-prem"])).job
+    assert actions.dispatch_job(job.pk).status == "refused"
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED and job.scheduler_id == ""
+    assert "dataset on-prem is in the portal's object store (http://127.0.0.1:" in job.state_reason
+    assert "do not read (they read AWS S3)" in job.state_reason
+    assert moto_aws.client("batch").list_jobs(jobQueue="kakehashi-aws-p4d-24xlarge-on-demand",
+                                              jobStatus="SUCCEEDED")["jobSummaryList"] == []
+
+
+def test_the_log_view_of_a_cloud_job_is_its_cloudwatch_log_stream(aws_site, client, moto_aws, tmp_path):
+    job = submitted(aws_site, name="logs", script='echo "from the payload"\n')
+    done = run_as_batch(backend_for(job.cluster), job.scheduler_id, aws_site.store, tmp_path / "container")
+    assert done.returncode == 0, done.stderr.decode()  # stdout.log in the bucket says "from the payload"
+    stream = moto_aws.write_log(job.scheduler_id, ["epoch 1 loss 0.9", "epoch 2 loss 0.4", "from CloudWatch"])
+    assert stream == f"kakehashi-aws-p4d-24xlarge-on-demand/default/{job.scheduler_id}"
+
+    assert tracking.track_cluster(job.cluster_id).finished == 1
+    outputs.fetch_output(job.pk)
+    client.force_login(aws_site.alice)
+    log = client.get(reverse("job-log", args=[job.pk, "stdout"])).content.decode()  # the job page's log panel
+    assert "epoch 1 loss 0.9\nepoch 2 loss 0.4\nfrom CloudWatch" in log and "from the payload" not in log
+    from portal.api.tokens import issue_token
+
+    _, token = issue_token(aws_site.alice, name="cloud-logs", scopes=["read"])
+    body = client.get(f"/api/v1/jobs/{job.pk}/logs/", {"stream": "stdout"},
+                      HTTP_AUTHORIZATION=f"Bearer {token}").json()
+    assert body["data"] == "epoch 1 loss 0.9\nepoch 2 loss 0.4\nfrom CloudWatch\n"
+
+
+def test_a_notebook_job_on_aws_runs_papermill_in_the_container_and_the_executed_notebook_is_on_its_page(
+        aws_site, client, tmp_path):
+    from tests.jobs.test_executed_notebook import text_of
+    from tests.jobs.test_notebook_form import notebook
+
+    job = actions.submit_job(aws_site.alice, JobRequest(
+        project=aws_site.project, name="nb-cloud", notebook=notebook(body="print(f'result={lr * epochs}')"),
+        parameters={"lr": 0.5, "epochs": 4}, hardware=aws_site.p4d, software=aws_site.pytorch,
+        walltime="00:30:00")).job
+    assert job.kind == Job.Kind.NOTEBOOK and "papermill notebook.ipynb" in job.script
+    assert actions.dispatch_job(job.pk).status == "submitted"
+    job.refresh_from_db()
+    # The image has papermill and a python3 kernel (as NGC's PyTorch image with papermill added does); here the
+    # test's own environment plays the image's.
+    image_path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
+    done = run_as_batch(backend_for(job.cluster), job.scheduler_id, aws_site.store, tmp_path / "container",
+                        PATH=image_path)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+
+    assert tracking.track_cluster(job.cluster_id).finished == 1
+    job.refresh_from_db()
+    assert job.state == JobState.COMPLETED, job.state_reason
+    outputs.fetch_output(job.pk)
+    assert job.artifacts.filter(path="notebook.ipynb").exists()
+    client.force_login(aws_site.alice)
+    page = client.get(reverse("job-detail", args=[job.pk])).content.decode()
+    assert reverse("job-executed-notebook", args=[job.pk]) in page
+    assert "<code>lr=0.5</code>, <code>epochs=4</code>" in page
+    rendered = client.get(reverse("job-executed-notebook", args=[job.pk]))
+    assert rendered.status_code == 200
+    text = text_of(rendered.content.decode())
+    assert "# Parameters\nlr = 0.5\nepochs = 4" in text and "result=2.0" in text
 
 
 # ------------------------------------------------------------------------------------------ reconciler
@@ -202,6 +363,98 @@ def test_a_strict_budget_cancels_a_running_cloud_job_counting_its_burn(aws_site,
     assert report.cancelled == [job.pk]
     assert actions.cancel_on_scheduler(job.pk) == "cancel sent"  # what the cancel task runs
     assert moto_aws.stop_reason(job.scheduler_id).startswith("Cancelled through Kakehashi")
+
+
+def _stubbed_pricing(cluster) -> Stubber:
+    """The Pricing API's answer for p4d.24xlarge in Tokyo, recorded (moto has no Pricing API), on the very client
+    the portal gets for the cluster (clients are shared per account and endpoint)."""
+    from backends import aws_pricing
+    from portal.clusters.connect import cloud_client
+
+    stubber = Stubber(cloud_client(cluster, "pricing", aws_pricing.PRICING_REGION))
+    stubber.add_response("get_products", json.loads((FIXTURES / "pricing-get-products-p4d-tokyo.json").read_text()),
+                         {"ServiceCode": "AmazonEC2", "MaxResults": 10,
+                          "Filters": aws_pricing._filters("ap-northeast-1", "p4d.24xlarge")})
+    return stubber
+
+
+def _stubbed_spot_history(cluster, now) -> Stubber:
+    """EC2's Spot price history for g5.xlarge in Tokyo, recorded: moto serves the call but with one constant
+    price of 0.00001 USD, which no instance has (see the test of that below)."""
+    from portal.clusters.connect import cloud_client
+
+    history = json.loads((FIXTURES / "ec2-spot-price-history-g5-tokyo.json").read_text())
+    for entry in history["SpotPriceHistory"]:
+        entry["Timestamp"] = datetime.fromisoformat(entry["Timestamp"])
+    stubber = Stubber(cloud_client(cluster, "ec2"))
+    stubber.add_response("describe_spot_price_history", history, {
+        "InstanceTypes": ["g5.xlarge"], "ProductDescriptions": ["Linux/UNIX"], "StartTime": now, "MaxResults": 1000})
+    return stubber
+
+
+def test_refreshing_prices_writes_the_table_from_aws_and_the_next_estimate_uses_them(aws_site):
+    from portal.catalog import prices
+    from portal.clusters.connect import cloud_client
+
+    CloudPrice.objects.filter(instance_type="g5.xlarge").update(price_per_hour=Decimal("0.3000"))
+    now = datetime(2026, 11, 23, 8, tzinfo=UTC)
+    with _stubbed_pricing(aws_site.aws) as pricing, _stubbed_spot_history(aws_site.aws, now) as spot:
+        saved = prices.refresh_prices(aws_site.aws, pricing=cloud_client(aws_site.aws, "pricing", "us-east-1"),
+                                      ec2=cloud_client(aws_site.aws, "ec2"), now=now)
+    pricing.assert_no_pending_responses()
+    spot.assert_no_pending_responses()
+    rows = {(p.region, p.instance_type, p.market): (p.price_per_hour, p.currency, p.source)
+            for p in CloudPrice.objects.all()}
+    assert rows == {  # on demand from the price list; Spot the highest of the region's zones
+        ("ap-northeast-1", "p4d.24xlarge", "on-demand"): (Decimal("44.4096"), "USD", "AWS price list"),
+        ("ap-northeast-1", "g5.xlarge", "spot"): (Decimal("0.4510"), "USD", "AWS price list"),
+    }
+    assert {p.instance_type for p in saved} == {"p4d.24xlarge", "g5.xlarge"}
+    assert HardwareType.objects.get(pk=aws_site.g5.pk).rate == Decimal("0.4510")
+    p4d = HardwareType.objects.get(pk=aws_site.p4d.pk)
+    assert (p4d.rate, p4d.rate_unit) == (Decimal("44.4096"), "USD")
+    change = AuditEntry.objects.filter(action="hardware.price", target_id=str(p4d.pk)).latest("pk")
+    assert (change.data["before"], change.data["after"], change.data["source"]) == (
+        "32.7726 USD", "44.4096 USD", "AWS price list")
+    estimate = actions.prepare_job(aws_site.alice, JobRequest(
+        project=aws_site.project, name="priced", script="true\n", hardware=p4d, software=aws_site.pytorch,
+        walltime="01:00:00")).estimate
+    assert (estimate.amount, estimate.unit) == (Decimal("6661.4400"), "JPY")  # 44.4096 USD × 1 h × 150 JPY/USD
+
+
+def test_a_spot_price_too_small_for_the_table_is_not_written_as_free(aws_site, moto_aws):
+    from portal.catalog import prices
+    from portal.clusters.connect import cloud_client
+
+    answer = moto_aws.client("ec2").describe_spot_price_history(InstanceTypes=["g5.xlarge"])["SpotPriceHistory"]
+    assert answer and {e["SpotPrice"] for e in answer} == {"0.00001"}  # what moto's EC2 says for every type
+    with _stubbed_pricing(aws_site.aws):
+        saved = prices.refresh_prices(aws_site.aws, pricing=cloud_client(aws_site.aws, "pricing", "us-east-1"),
+                                      ec2=cloud_client(aws_site.aws, "ec2"))
+    assert [p.instance_type for p in saved] == ["p4d.24xlarge"]
+    assert CloudPrice.objects.get(instance_type="g5.xlarge").price_per_hour == Decimal("0.4510")  # kept
+    assert HardwareType.objects.get(pk=aws_site.g5.pk).rate == Decimal("0.4510")
+
+
+def test_the_refresh_cloud_prices_command_prints_the_rows_and_says_when_aws_does_not_answer(aws_site, capsys):
+    from django.core.management.base import CommandError
+
+    with _stubbed_pricing(aws_site.aws):  # and moto's EC2 for Spot, whose price is too small to keep
+        call_command("refresh_cloud_prices", "aws")
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == ["p4d.24xlarge on-demand in ap-northeast-1: 44.4096 USD/h"] and CloudPrice.objects.count() == 2
+    assert HardwareType.objects.get(pk=aws_site.p4d.pk).rate == Decimal("44.4096")
+
+    from backends import aws_pricing
+    from portal.clusters.connect import cloud_client
+
+    with Stubber(cloud_client(aws_site.aws, "pricing", aws_pricing.PRICING_REGION)) as stubber:
+        stubber.add_client_error("get_products", "AccessDeniedException", "not authorized to perform pricing:GetProducts")
+        with pytest.raises(CommandError, match="AWS did not give the prices: .*pricing:GetProducts"):
+            call_command("refresh_cloud_prices", "aws")
+    assert HardwareType.objects.get(pk=aws_site.p4d.pk).rate == Decimal("44.4096")  # the table is kept
+    with pytest.raises(CommandError, match="no AWS Batch cluster 'local'"):
+        call_command("refresh_cloud_prices", "local")
 
 
 def test_a_sweep_on_aws_is_one_array_job_whose_points_are_each_tracked_to_their_end(aws_site):
