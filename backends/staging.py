@@ -163,7 +163,8 @@ def _shared_directory(cache: str, group: str) -> str:
     make = (f'for d in {" ".join(home_path(p) for p in prefixes)}; do if [ ! -d "$d" ]; then '
             f't="$d.new-{token}"; mkdir -- "$t" 2>/dev/null && chgrp -- "$g" "$t" && chmod 2770 -- "$t" && '
             'mv -T -n -- "$t" "$d" 2>/dev/null; rmdir -- "$t" 2>/dev/null; [ -d "$d" ] || '
-            + refuse("cannot make the shared data cache directory %s", '"$d"') + "; fi; done")
+            + refuse("cannot make the shared data cache directory %s: does the group's area exist, and may this account "
+                     "write there?", '"$d"') + "; fi; done")
     shared = f'[ "$(stat -c %G -- {c})" = "$g" ] && [ -w {c} ] && [ $((0$(stat -c %a -- {c}) & 070)) -eq 56 ]'
     return " && ".join([
         f"g={shlex.quote(group)}",
@@ -172,8 +173,8 @@ def _shared_directory(cache: str, group: str) -> str:
             '"$(id -un)"', '"$g"'),
         make,
         shared + " || " + refuse(
-            "the shared data cache %s is not group %s's to share (group %s, mode %s): whoever owns it can "
-            "chgrp %s it and chmod g+rwxs it", c, '"$g"', f'"$(stat -c %G -- {c})"', f'"$(stat -c %a -- {c})"', '"$g"'),
+            "the shared data cache %s is not group %s's to share (group %s, mode %s): its owner can run chgrp %s "
+            "and chmod g+rwxs on it", c, '"$g"', f'"$(stat -c %G -- {c})"', f'"$(stat -c %a -- {c})"', '"$g"'),
     ])
 
 
