@@ -48,7 +48,7 @@ from backends.spec import (
     SubmitRefused,
     element_dir,
 )
-from backends.staging import DEFAULT_CACHE_ROOT, check_cluster_path, stage
+from backends.staging import cache_location, check_cluster_path, stage
 from backends.transport import CommandResult, SSHTransport, Transport, TransportError
 
 __all__ = [
@@ -259,14 +259,16 @@ class Backend(ABC):
     def stage_data(self, spec: JobSpec, project: str, datasets: Sequence[DataInput], *,
                    heartbeat: Callable[[], None] | None = None) -> tuple[JobSpec, StagingReport]:
         """Make each dataset readable at `<job dir>/data/<name>` before `submit` (backends/staging.py): object-store
-        files copied into the cluster's per-project cache unless already there (by SHA-256), registered paths
+        files copied into the cluster's per-project cache unless already there (by SHA-256; shared by the project's
+        group where the cluster's `data_cache` names `{group}`, else the account's own), registered paths
         linked in place. Returns the spec to submit. Idempotent, so a retried dispatch copies nothing twice.
         DataRefused for a dataset this job can never have; BackendError/TransportError for what may pass.
         `heartbeat` is called every few seconds while bytes move (the dispatch worker renews its lease)."""
         if self.transport is None:
             raise BackendError(f"this {self.kind} backend only renders scripts: it has no connection")
-        cache_root = str(self.settings.get("data_cache") or DEFAULT_CACHE_ROOT)
-        return spec, stage(self.transport, spec.workdir, project, datasets, cache_root=cache_root, heartbeat=heartbeat)
+        cache_root, group = cache_location(str(self.settings.get("data_cache") or ""), spec.group)
+        return spec, stage(self.transport, spec.workdir, project, datasets, cache_root=cache_root, group=group,
+                           heartbeat=heartbeat)
 
     def check_data_path(self, path: str, root: str) -> str:
         """The resolved `path` if it lies inside `root` and this account can read it (a registered dataset is

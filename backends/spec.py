@@ -261,10 +261,14 @@ class StagingReport:
     reused_files: int = 0
     reused_bytes: int = 0
     in_place: int = 0
+    # The unix group whose shared cache it was (the project's, docs/decisions/0027); "": the account's own cache.
+    shared_group: str = ""
 
     def summary(self) -> str:
         parts = [f"copied {self.copied_files} file(s), {self.copied_bytes} bytes",
                  f"{self.reused_files} file(s) ({self.reused_bytes} bytes) already in the cluster's cache"]
         if self.in_place:
             parts.append(f"{self.in_place} registered path(s) used in place")
+        if self.shared_group and (self.copied_files or self.reused_files):
+            parts.append(f"the cache shared by group {self.shared_group}")
         return "; ".join(parts)

@@ -6,6 +6,10 @@ checked values (hex digests, validated names) and shlex-quoted paths, as the res
 
 - the cache is `<cache root>/<project>/<sha256>`: a file already there with its size is not copied again, so a
   second job with the same data, or a retried dispatch, moves no byte;
+- the cache root is the account's own (`~/.kakehashi/cache`, private) unless the cluster's `data_cache` names the
+  project's group (`/gs/bs/{group}/.kakehashi/cache`): then every member of the project shares one cache in the
+  group's area, its directories group-owned, setgid and group-writable, its files group-readable and read-only,
+  so a dataset one researcher staged is not copied again for another (docs/decisions/0027);
 - a missing file is streamed over SFTP (`Transport.write_stream`, bounded memory) to a temporary name, its
   SHA-256 computed on the login node from what arrived, and renamed into place only if it matches: a cache
   entry is always whole and right, whatever crashed half-way;
@@ -28,6 +32,9 @@ from backends.spec import DATA_DIR, BackendError, DataInput, DataRefused, Stagin
 from backends.transport import CommandResult, Transport
 
 DEFAULT_CACHE_ROOT = ".kakehashi/cache"
+# In the cluster option `data_cache`, the project's group there (TSUBAME/ABCI `-g` group): a shared cache.
+GROUP_FIELD = "{group}"
+GROUP_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 SHA256_RE = re.compile(r"[0-9a-f]{64}")
 # A dataset's name is one path segment a shell and an S3 key both take as it is (the portal checks it too).
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -36,6 +43,23 @@ PROJECT_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 LINK_CHECK_LIMIT, LINK_CHECK_DEPTH = 10_000, 6
 # How often a long copy tells its caller it is still alive (the dispatch worker renews its lease on the job).
 HEARTBEAT_SECONDS = 15.0
+# After a copy that took longer than this, the cache is looked at again before the next file: someone else (another
+# researcher of the project, another dispatch) may have staged it meanwhile.
+RECHECK_SECONDS = 5.0
+
+
+def cache_location(template: str, group: str) -> tuple[str, str]:
+    """The cache root and the group sharing it, from the cluster's `data_cache` option and the project's group on
+    that cluster: `{group}` in the option makes it the project's shared cache; without a group to put there (or
+    without the option) it is the account's own, `~/.kakehashi/cache` by default."""
+    template = template or DEFAULT_CACHE_ROOT
+    if GROUP_FIELD not in template:
+        return template, ""
+    if not group:
+        return DEFAULT_CACHE_ROOT, ""
+    if not GROUP_RE.fullmatch(group):
+        raise BackendError(f"not a group name the data cache can use: {group!r}")
+    return template.replace(GROUP_FIELD, group), group
 
 
 def home_path(path: str) -> str:
@@ -64,22 +88,31 @@ def check_inputs(project: str, datasets: Sequence[DataInput]) -> None:
 
 
 def stage(transport: Transport, workdir: str, project: str, datasets: Sequence[DataInput], *,
-          cache_root: str = DEFAULT_CACHE_ROOT, heartbeat: Callable[[], None] | None = None) -> StagingReport:
+          cache_root: str = DEFAULT_CACHE_ROOT, group: str = "",
+          heartbeat: Callable[[], None] | None = None) -> StagingReport:
     """Put every dataset at `<workdir>/data/<name>`. Idempotent: run again, it copies nothing already there.
+    `group`: the cache is shared by that unix group (see `cache_location`); "": it is this account's own.
     `heartbeat` is called every HEARTBEAT_SECONDS or so while bytes move (a copy may take longer than a lease)."""
     check_inputs(project, datasets)
-    report = StagingReport()
+    if group and not GROUP_RE.fullmatch(group):
+        raise BackendError(f"not a group name the data cache can use: {group!r}")
+    report = StagingReport(shared_group=group)
     if not datasets:
         return report
     cache = f"{cache_root.rstrip('/')}/{project}"
     files = {f.sha256: f for d in datasets for f in d.files}
-    cached = _cached_sizes(transport, cache, sorted(files))
+    cached = _cached_sizes(transport, cache, sorted(files), group)
+    looked_at = time.monotonic()
     for sha, f in sorted(files.items()):
+        if cached.get(sha) != f.size and time.monotonic() - looked_at > RECHECK_SECONDS:
+            # The last copy took a while: what is still missing may have arrived from someone else meanwhile.
+            cached = _cached_sizes(transport, cache, [s for s in sorted(files) if s >= sha], group)
+            looked_at = time.monotonic()
         if cached.get(sha) == f.size:
             report.reused_files += 1
             report.reused_bytes += f.size
             continue
-        _copy_verified(transport, cache, f, heartbeat)
+        _copy_verified(transport, cache, f, heartbeat, group)
         report.copied_files += 1
         report.copied_bytes += f.size
     _link(transport, workdir, cache, datasets)
@@ -94,13 +127,18 @@ def _run(transport: Transport, command: str, what: str, timeout: float | None = 
     return result
 
 
-def _cached_sizes(transport: Transport, cache: str, digests: list[str]) -> dict[str, int]:
-    """Sizes of the cache entries that exist, in one command."""
+def _cached_sizes(transport: Transport, cache: str, digests: list[str], group: str = "") -> dict[str, int]:
+    """Sizes of the cache entries that exist, in one command (which makes the cache directory first)."""
     if not digests:
         return {}
-    command = (f"mkdir -p -- {home_path(cache)} && chmod 700 -- {home_path(cache)} && cd -- {home_path(cache)} && "
+    prepare = (_shared_directory(cache, group) if group else
+               f"mkdir -p -- {home_path(cache)} && chmod 700 -- {home_path(cache)}")
+    command = (f"{prepare} && cd -- {home_path(cache)} && "
                f"for h in {' '.join(digests)}; do if [ -f \"$h\" ]; then printf '%s %s\\n' \"$h\" \"$(stat -c %s -- \"$h\")\"; fi; done")
-    out = _run(transport, command, "looking into the data cache").stdout
+    result = _run(transport, command, "looking into the data cache")
+    if result.exit_status == 4:
+        raise DataRefused(result.stdout.strip() or result.message)
+    out = result.stdout
     sizes = {}
     for line in out.splitlines():
         sha, _, size = line.partition(" ")
@@ -109,7 +147,39 @@ def _cached_sizes(transport: Transport, cache: str, digests: list[str]) -> dict[
     return sizes
 
 
-def _copy_verified(transport: Transport, cache: str, f, heartbeat: Callable[[], None] | None = None) -> None:
+def _shared_directory(cache: str, group: str) -> str:
+    """Shell that makes `cache` and every missing directory above it group `group`'s: group-owned, setgid and
+    rwx for the group, nothing for others. Each is made under a name of its own and renamed into place, so a
+    researcher staging at the same moment never finds one half-made (its maker's own group, mode 700).
+    Exits 4 saying why where this account cannot share it (not in the group, a directory of another group)."""
+    parts = cache.rstrip("/").split("/")
+    prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1) if parts[i - 1] not in ("", ".")]
+    token = uuid.uuid4().hex[:12]
+    c = home_path(cache)
+
+    def refuse(message: str, *args: str) -> str:
+        return "{ printf " + shlex.quote(message + "\n") + " " + " ".join(args) + "; exit 4; }"
+
+    make = (f'for d in {" ".join(home_path(p) for p in prefixes)}; do if [ ! -d "$d" ]; then '
+            f't="$d.new-{token}"; mkdir -- "$t" 2>/dev/null && chgrp -- "$g" "$t" && chmod 2770 -- "$t" && '
+            'mv -T -n -- "$t" "$d" 2>/dev/null; rmdir -- "$t" 2>/dev/null; [ -d "$d" ] || '
+            + refuse("cannot make the shared data cache directory %s: does the group's area exist, and may this account "
+                     "write there?", '"$d"') + "; fi; done")
+    shared = f'[ "$(stat -c %G -- {c})" = "$g" ] && [ -w {c} ] && [ $((0$(stat -c %a -- {c}) & 070)) -eq 56 ]'
+    return " && ".join([
+        f"g={shlex.quote(group)}",
+        "id -Gn | tr ' ' '\\n' | grep -qxF -- \"$g\" || " + refuse(
+            "this account (%s) is not in group %s on the cluster, so it cannot use the project's shared data cache",
+            '"$(id -un)"', '"$g"'),
+        make,
+        shared + " || " + refuse(
+            "the shared data cache %s is not group %s's to share (group %s, mode %s): its owner can run chgrp %s "
+            "and chmod g+rwxs on it", c, '"$g"', f'"$(stat -c %G -- {c})"', f'"$(stat -c %a -- {c})"', '"$g"'),
+    ])
+
+
+def _copy_verified(transport: Transport, cache: str, f, heartbeat: Callable[[], None] | None = None,
+                   group: str = "") -> None:
     temporary = f"{cache}/{f.sha256}.part-{uuid.uuid4().hex[:12]}"
     source = f.open()
     try:
@@ -128,11 +198,14 @@ def _copy_verified(transport: Transport, cache: str, f, heartbeat: Callable[[], 
         if close:
             close()
     tmp, final = home_path(temporary), home_path(f"{cache}/{f.sha256}")
+    # In a shared cache the file is the group's and read-only before it takes its name: whoever sees it may read
+    # it, and no job writes through its link into what the others read.
+    share = f"chgrp -- {shlex.quote(group)} {tmp} && chmod 0440 -- {tmp} && " if group else ""
     # Hashed on the login node, from the bytes that arrived: only then does the file take its content's name.
     # OpenSSL uses the CPU's SHA instructions (4x coreutils' sha256sum here); sha256sum where there is no openssl.
     command = (f"got=$({{ openssl dgst -sha256 -r {tmp} 2>/dev/null || sha256sum -- {tmp}; }} | cut -d ' ' -f 1); "
                f"size=$(stat -c %s -- {tmp}); "
-               f"if [ \"$got\" = {f.sha256} ] && [ \"$size\" = {int(f.size)} ]; then mv -f -- {tmp} {final}; "
+               f"if [ \"$got\" = {f.sha256} ] && [ \"$size\" = {int(f.size)} ]; then {share}mv -f -- {tmp} {final}; "
                f"else rm -f -- {tmp}; printf '%s %s\\n' \"$got\" \"$size\"; exit 3; fi")
     result = _run(transport, command, "checking a staged file", timeout=max(60.0, f.size / 50e6))
     if result.exit_status == 3:

@@ -38,7 +38,9 @@ class Cluster(models.Model):
     # Pinned host key(s) in known_hosts format. Connections to a host presenting any other key are refused.
     host_keys = models.TextField(blank=True, help_text="known_hosts lines, e.g. [login.example.ac.jp]:22 ssh-ed25519 AAAA…")
     identity_mode = models.CharField(max_length=10, choices=IdentityMode.choices, default=IdentityMode.PER_USER)
-    # Scheduler options for this cluster, e.g. {"dialect": "torque"}, {"accounting": "sacct"}, {"queue": "gpu"}.
+    # Scheduler options for this cluster, e.g. {"dialect": "torque"}, {"accounting": "sacct"}, {"queue": "gpu"};
+    # {"data_cache": "/gs/bs/{group}/.kakehashi/cache"}: datasets staged into the project's group area, shared by its
+    # members (docs/decisions/0027); without it, each account's own ~/.kakehashi/cache.
     options = models.JSONField(default=dict, blank=True)
     # Where job directories go on the cluster, relative to the account's home (or absolute).
     work_root = models.CharField(max_length=255, default="kakehashi-jobs")

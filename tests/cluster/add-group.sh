@@ -1,6 +1,7 @@
 #!/bin/bash
 # add-group.sh GROUP USER...: create or extend a group on every scheduler of the test cluster:
-#   unix group GROUP (users become members), Slurm account GROUP with one association per user,
+#   unix group GROUP (users become members) and its group area $GROUP_AREA_DIR/GROUP (root:GROUP, 2770),
+#   Slurm account GROUP with one association per user,
 #   SGE access list GROUP_acl and SGE project GROUP whose ACL is that list.
 # Idempotent. The cluster must be up (sacctmgr and qconf talk to the running daemons).
 set -euo pipefail
@@ -20,6 +21,8 @@ getent group "$group" >/dev/null || groupadd "$group"
 for u in "${users[@]}"; do
     id -nG "$u" | tr ' ' '\n' | grep -qx "$group" || usermod -aG "$group" "$u"
 done
+# The group's area (a TSUBAME/ABCI group disk): $GROUP_AREA_DIR/GROUP, for its members only.
+ensure_group_area "$group"
 
 # Slurm: account + user associations (AccountingStorageEnforce=associations refuses anything else).
 assocs=$(sacctmgr -nP show assoc format=account,user) || die "sacctmgr failed: is the cluster up?"

@@ -57,6 +57,15 @@ export SGE_ROOT=/var/lib/gridengine SGE_CELL=default
 DEFAULT_GROUPS=(kkdemo kkteama kkteamb)
 declare -A DEFAULT_MEMBERS=([kkdemo]="alice bob" [kkteama]="alice" [kkteamb]="bob")
 DEFAULT_USERS=(alice bob carol)
+# Each group's own storage, as a site's group area (TSUBAME /gs/bs/GROUP, ABCI /groups/GROUP): root-owned, the
+# group's, setgid, rwx for its members and nothing for others. A project's shared data cache goes inside.
+GROUP_AREA_DIR="$CLUSTER_DIR/groups"
+
+# ensure_group_area GROUP: make (or repair) GROUP's area. Idempotent.
+ensure_group_area() {
+    install -d -o root -g root -m 755 "$GROUP_AREA_DIR"
+    install -d -o root -g "$1" -m 2770 "$GROUP_AREA_DIR/$1"
+}
 
 log() { printf '[cluster %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { printf '[cluster] ERROR: %s\n' "$*" >&2; exit 1; }

@@ -80,6 +80,8 @@ setup_node_names() {
 setup_node_names
 
 if healthy; then
+    # Group areas came after many clusters were set up: a running one gets them too (cheap, idempotent).
+    for g in "${DEFAULT_GROUPS[@]}"; do ensure_group_area "$g"; done
     log "cluster already up and healthy ($((SECONDS - T0))s)"
     exit 0
 fi

@@ -252,3 +252,51 @@ def test_every_element_of_a_sweep_array_reads_the_dataset_staged_once_for_the_ar
         wait_state(backend, job.scheduler_id, lambda s: s.state.is_final)
         out = backend.read_output(job.remote_dir, "stdout").decode()
         assert hashlib.sha256(blob).hexdigest() in out and f"lr={job.parameters['LR']}" in out
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("hardware", ["slurm-a100x1", "tsubame-s-gpu"])
+def test_a_dataset_alices_job_staged_is_not_copied_again_for_bobs_job_in_the_projects_shared_cache(
+        data_site, hardware, monkeypatch):
+    from backends.base import State
+    from backends.transport import SSHTransport
+    from tests.backends.conftest import wait_state
+    from tests.conftest import CLUSTER_DIR
+
+    site = data_site
+    for cluster in site.clusters.values():  # as a site sets /gs/bs/{group}/.kakehashi/cache; the project's is kkdemo
+        cluster.options = {**cluster.options,
+                           "data_cache": f"{CLUSTER_DIR}/groups/{{group}}/kakehashi-tests/datasets-{site.run}/cache"}
+        cluster.save()
+    puts = []
+    write_stream = SSHTransport.write_stream
+
+    def counted(self, path, source, **kwargs):
+        puts.append((self.username, path))
+        return write_stream(self, path, source, **kwargs)
+
+    monkeypatch.setattr(SSHTransport, "write_stream", counted)
+    blob = os.urandom(3 * MiB + 1)
+    upload(site.alice, site.project, "shared/weights.bin", blob)
+    datasets.create_dataset(site.alice, site.project, name="weights", path="shared/weights.bin")
+    script = 'sha256sum "$KAKEHASHI_DATA/weights"; id -un'
+
+    outputs = {}
+    for user in (site.alice, site.bob):
+        job = actions.submit_job(user, actions.JobRequest(
+            project=site.project, name=f"reads-{user.username}", script=script,
+            hardware=HardwareType.objects.get(slug=hardware), walltime="00:10:00", datasets=["weights"])).job
+        assert actions.dispatch_job(job.pk).status == "submitted"
+        job.refresh_from_db()
+        backend = backend_for(job.cluster, account_for(job.cluster, user, site.project))
+        assert wait_state(backend, job.scheduler_id, lambda s: s.state.is_final).state == State.COMPLETED
+        outputs[user.username] = (backend.read_output(job.remote_dir, "stdout").decode(), _staging_note(job))
+
+    digest = hashlib.sha256(blob).hexdigest()
+    alice_out, alice_note = outputs["alice"]
+    bob_out, bob_note = outputs["bob"]
+    assert [user for user, _ in puts] == ["alice"]  # one SFTP put, alice's: none for bob
+    assert f"copied 1 file(s), {len(blob)} bytes" in alice_note and "the cache shared by group kkdemo" in alice_note
+    assert "copied 0 file(s), 0 bytes; 1 file(s)" in bob_note and "the cache shared by group kkdemo" in bob_note
+    assert f"{digest}  " in alice_out and "\nalice" in alice_out
+    assert f"{digest}  " in bob_out and "\nbob" in bob_out
