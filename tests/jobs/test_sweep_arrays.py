@@ -11,6 +11,7 @@ from backends.base import State
 from portal.budgets.models import LedgerEntry
 from portal.catalog.models import HardwareType
 from portal.clusters.connect import account_for, backend_for
+from portal.clusters.models import Cluster
 from portal.jobs import actions
 from portal.jobs.models import Job, JobGroup, JobOutput, JobState
 from tests.conftest import wait_for
@@ -171,6 +172,48 @@ def test_a_point_cancelled_before_the_array_is_submitted_is_deleted_from_it(hpc_
         assert states == {1: JobState.PENDING, 2: JobState.CANCELLED, 3: JobState.PENDING}
     finally:
         backend.cancel(array_id)
+
+
+@pytest.mark.django_db
+def test_an_array_the_scheduler_refuses_fails_every_point_and_gives_back_their_reservations(hpc_site):
+    group = _sweep(hpc_site, "slurm-a100x1", "sleep 60", [1, 2, 3]).group
+    # As if the partition had gone away after the sweep was recorded: sbatch refuses the array's one script.
+    script = JobGroup.objects.get(pk=group.pk).rendered_script
+    JobGroup.objects.filter(pk=group.pk).update(rendered_script=script.replace("--partition=gpu",
+                                                                               "--partition=nosuchpartition"))
+    outcome = actions.dispatch_job(group.jobs.order_by("pk").first().pk)
+    assert outcome.status == "refused", outcome
+    jobs = list(group.jobs.order_by("array_index"))
+    assert {job.state for job in jobs} == {JobState.FAILED}
+    assert all("the scheduler refused the array" in job.state_reason and not job.scheduler_id for job in jobs)
+    assert all(job.ledger.filter(kind="release").exists() for job in jobs)
+    assert JobGroup.objects.get(pk=group.pk).scheduler_id == ""
+
+
+@pytest.mark.django_db
+def test_an_array_whose_login_node_is_down_waits_in_submitting_and_is_submitted_once_when_it_is_back(hpc_site):
+    group = _sweep(hpc_site, "slurm-a100x1", "sleep 60", [1, 2, 3]).group
+    first = group.jobs.order_by("pk").first()
+    cluster = Cluster.objects.get(slug="slurm-test")
+    real_port = cluster.login_port
+    Cluster.objects.filter(pk=cluster.pk).update(login_port=2299)  # nothing listens there: the login node is down
+    outcome = actions.dispatch_job(first.pk)
+    assert outcome.status == "retry", outcome
+    jobs = list(group.jobs.order_by("array_index"))
+    assert {job.state for job in jobs} == {JobState.SUBMITTING}
+    assert all(job.dispatch_lease_until is None and "could not reach the scheduler yet" in job.state_reason
+               for job in jobs)
+    Cluster.objects.filter(pk=cluster.pk).update(login_port=real_port)  # the login node is back
+    outcome = actions.dispatch_job(first.pk)
+    array_id = JobGroup.objects.get(pk=group.pk).scheduler_id
+    try:
+        assert outcome.status in {"submitted", "found"} and outcome.detail == array_id
+        jobs = list(group.jobs.order_by("array_index"))
+        assert [job.scheduler_id for job in jobs] == [f"{array_id}_{i}" for i in (1, 2, 3)]
+        assert {job.state for job in jobs} == {JobState.PENDING}
+        assert _arrays_named(first) == {array_id}
+    finally:
+        _backend(first).cancel(array_id)
 
 
 @pytest.mark.django_db

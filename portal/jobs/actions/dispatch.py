@@ -1,12 +1,13 @@
 """Dispatch and recovery: a queued job, or a sweep's whole array, handed to its scheduler exactly once.
 
-One way for both (docs/decisions/0002, 0005): take a lease on the waiting jobs under their row locks; look
-before submitting again (the scheduler may have the job from an attempt whose reply was lost); stage the job's
-datasets onto the cluster (docs/decisions/0017: idempotent, so a retry copies nothing twice; data the job can
-never have fails it before anything is queued); submit; record
-the scheduler's id with a compare-and-swap on the jobs still SUBMITTING. A refusal fails them; a scheduler that
-cannot be reached releases the lease for the retry. `recover_stale_jobs` re-sends what a lost message or a dead
-worker left behind.
+One way for both (docs/decisions/0002, 0005, 0022): a dispatch hands over a batch, each handover one submit to the
+scheduler: a job (with the jobs queued for the same account, a batch of several), or every waiting element of a
+sweep's array (one submit for many jobs). Take a lease on the waiting jobs under their row locks; look before
+submitting again (the scheduler may have the job from an attempt whose reply was lost); stage the job's datasets
+onto the cluster (docs/decisions/0017: idempotent, so a retry copies nothing twice; data the job can never have
+fails it before anything is queued); submit; record the scheduler's ids with one compare-and-swap on the jobs
+still SUBMITTING. A refusal fails a handover's jobs; a scheduler that cannot be reached releases their lease for
+the retry. `recover_stale_jobs` re-sends what a lost message or a dead worker left behind.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import cache
 
 from django.conf import settings
@@ -45,36 +46,28 @@ class DispatchOutcome:
 
 @dataclass
 class _Handover:
-    """What one dispatch hands to the scheduler in one submit: a job, or every element of a sweep's array."""
+    """One submit to the scheduler: a job, or the waiting elements of a sweep's array."""
 
-    first: Job  # whose cluster, owner and rendered script the submit uses
-    spec: JobSpec
-    attempts: int
-    group_id: int | None = None  # the sweep, for an array
+    first: Job  # whose cluster, owner, datasets and script the submit uses (an array's: its first element)
+    jobs: list[Job]  # the jobs it leases and records: the job, or the array's waiting elements
+    spec: JobSpec | None = None  # an array's is given; a job's is built when it is handed over
+    attempts: int = 0  # this attempt's number, set by the lease
+
+    @property
+    def array(self) -> bool:
+        return self.first.array_index is not None
 
     @property
     def noun(self) -> str:
-        return "job" if self.group_id is None else "array"
+        return "array" if self.array else "job"
 
-    def locked_view(self) -> list[Job]:
-        """The jobs of this handover, read without locks (for notes)."""
-        if self.group_id is None:
-            return [self.first]
-        return list(Job.objects.filter(group_id=self.group_id, state=JobState.SUBMITTING))
-
-    def locked(self) -> list[Job]:
-        if self.group_id is None:
-            return [locks.job(self.first.pk)]
-        return locks.group_jobs(self.group_id, submitting_only=True)
-
-    def scheduler_id(self, backend, submitted: str, job: Job) -> str:
-        return submitted if self.group_id is None else backend.element_id(submitted, job.array_index)
-
-    def recorded_reason(self, submitted: str, found: bool) -> str:
+    def moves(self, backend, submitted: str, found: bool, now: datetime) -> list[transitions.Move]:
+        """Its jobs to PENDING with their scheduler ids (an array's elements: each its element's)."""
         after = " (found after a lost reply)" if found else ""
-        if self.group_id is None:
-            return f"scheduler id {submitted}{after}"
-        return f"an element of scheduler array {submitted}{after}"
+        reason = f"an element of scheduler array {submitted}{after}" if self.array else f"scheduler id {submitted}{after}"
+        return [transitions.Move(job, JobState.PENDING, reason, {
+            "scheduler_id": backend.element_id(submitted, job.array_index) if self.array else submitted,
+            "submitted_at": now, "dispatch_lease_until": None, "last_seen_at": now}) for job in self.jobs]
 
 
 def _lease_time() -> timedelta:
@@ -90,23 +83,20 @@ def dispatch_job(job_id: int) -> DispatchOutcome:
     """
     with transaction.atomic():
         batch = locks.job_and_queued_siblings(job_id, batch_size(), batched_kinds())
-        if batch:
-            job = batch[0]
-            array_of = job.group_id if job.array_index is not None else None
-            leased = None if array_of else _lease_jobs(job, batch[1:])
+        leased = _lease_jobs(batch) if batch and batch[0].array_index is None else None
     if not batch:
         # Its row is held elsewhere (a cancel, another attempt): wait for it alone, having let go of any sibling
         # that statement locked (waiting while holding them could close a cycle with a bulk cancel).
         with transaction.atomic():
-            job = locks.job(job_id, for_dispatch=True)
-            array_of = job.group_id if job.array_index is not None else None
-            leased = None if array_of else _lease_jobs(job, [])
-    if array_of is not None:
+            batch = [locks.job(job_id, for_dispatch=True)]
+            leased = _lease_jobs(batch) if batch[0].array_index is None else None
+    job = batch[0]
+    if job.array_index is not None:
         # An element of a sweep submitted as one scheduler array: the whole array goes at once.
-        return dispatch_array(array_of)
+        return dispatch_array(job.group_id)
     if isinstance(leased, DispatchOutcome):
         return leased
-    outcome = _hand_over_jobs(leased)[job.pk]
+    outcome = _hand_over(leased)[0]
     if len(leased) >= batch_size() > 1:
         _more_rounds(job)  # a full batch: more may be waiting
     return outcome
@@ -131,27 +121,59 @@ def batch_size() -> int:
     return max(1, min(settings.KAKEHASHI_DISPATCH_BATCH, 2 * settings.KAKEHASHI_SSH_CHANNELS))
 
 
-def _lease_jobs(job: Job, siblings: list[Job]) -> list[Job] | DispatchOutcome:
-    """Move the locked job and its locked queued siblings to SUBMITTING, each under its own lease and attempt
-    count: the jobs this attempt hands over (the job first), or why it must not."""
-    now = timezone.now()
+def _lease_jobs(jobs: list[Job]) -> list[_Handover] | DispatchOutcome:
+    """Lease the locked job and its locked queued siblings, a handover each (the job's first), or say why not."""
+    job = jobs[0]
     if job.state not in WAITING:
         return DispatchOutcome("skipped", f"job is {job.state}")
-    if job.state == JobState.SUBMITTING and job.dispatch_lease_until and job.dispatch_lease_until > now:
-        return DispatchOutcome("busy", "another attempt holds this job")
     if getattr(job, "has_datasets", True):
-        siblings = []  # staging reads the database while it copies: a job with datasets goes alone
-    jobs = [job, *siblings]
-    for j in jobs:
-        j.dispatch_attempts += 1
+        jobs = [job]  # staging reads the database while it copies: a job with datasets goes alone
+    return _lease([_Handover(j, [j]) for j in jobs], reason="handing to the scheduler")
+
+
+def dispatch_array(group_id: int) -> DispatchOutcome:
+    """Hand a sweep's waiting elements to the scheduler as one array, exactly once, however often this runs.
+
+    The elements move together: all SUBMITTING under one lease, then all PENDING with their element ids. One
+    cancelled before the submit is still an index of the array (the script numbers them all), so it is
+    deleted on the scheduler right after.
+    """
+    with transaction.atomic():
+        jobs = locks.group_jobs(group_id)
+        waiting = [j for j in jobs if j.state in WAITING]
+        if not waiting:
+            return DispatchOutcome("skipped", "no element of the array is waiting")
+        jobs.sort(key=lambda j: j.array_index)
+        leased = _lease([_Handover(jobs[0], waiting)], reason="handing the array to the scheduler")
+    if isinstance(leased, DispatchOutcome):
+        return leased
+    group = JobGroup.objects.get(pk=group_id)
+    for job in jobs:
+        job.group = group  # whose script the elements share
+    leased[0].spec = build_array_spec(jobs, group.scheduler_name, group.remote_dir)
+    return _hand_over(leased)[0]
+
+
+def _lease(handovers: list[_Handover], *, reason: str) -> list[_Handover] | DispatchOutcome:
+    """Move the locked jobs of these handovers to SUBMITTING under one lease, each handover's under its own attempt
+    count: the handovers, or why this attempt must not submit (another holds the first one's jobs)."""
+    now = timezone.now()
+    if any(j.state == JobState.SUBMITTING and j.dispatch_lease_until and j.dispatch_lease_until > now
+           for j in handovers[0].jobs):
+        return DispatchOutcome("busy", f"another attempt holds this {handovers[0].noun}")
     lease = now + _lease_time()
-    queued = [j for j in jobs if j.state == JobState.QUEUED]
-    transitions.transition_many(queued, JobState.SUBMITTING, reason="handing to the scheduler",
-                                also=["dispatch_attempts"], dispatch_lease_until=lease)
-    if job.state == JobState.SUBMITTING and job not in queued:
-        # Left by an attempt that died: take over, but look before submitting (its attempt count says so).
-        transitions.update([job], dispatch_lease_until=lease, dispatch_attempts=job.dispatch_attempts)
-    return jobs
+    queued = []
+    for handover in handovers:
+        handover.attempts = max(j.dispatch_attempts for j in handover.jobs) + 1
+        for job in handover.jobs:
+            job.dispatch_attempts = handover.attempts
+        queued += [j for j in handover.jobs if j.state == JobState.QUEUED]
+        # Those already SUBMITTING were left by an attempt that died: take over, but look before submitting.
+        transitions.update([j for j in handover.jobs if j.state == JobState.SUBMITTING],
+                           dispatch_lease_until=lease, dispatch_attempts=handover.attempts)
+    transitions.transition_many(queued, JobState.SUBMITTING, reason=reason, also=["dispatch_attempts"],
+                                dispatch_lease_until=lease)
+    return handovers
 
 
 def _more_rounds(job: Job) -> None:
@@ -161,26 +183,25 @@ def _more_rounds(job: Job) -> None:
     while time.monotonic() < deadline:
         with transaction.atomic():
             jobs = locks.queued_of(job.cluster_id, job.user_id, job.project_id, batch_size())
-            leased = _lease_jobs(jobs[0], jobs[1:]) if jobs else None
+            leased = _lease_jobs(jobs) if jobs else None
         if not isinstance(leased, list) or not leased:
             return
-        _hand_over_jobs(leased)
+        _hand_over(leased)
         if len(leased) < batch_size():
             return
 
 
-def _hand_over_jobs(jobs: list[Job]) -> dict[int, DispatchOutcome]:
-    """Submit leased jobs of one account (concurrent channels when there are several) and record the answers in
-    one transaction: the ids with one compare-and-swap on the jobs still SUBMITTING, refusals failed, the rest's
-    lease released for a retry (re-sent in 5 s; the first job's retry is its task's)."""
-    first = jobs[0]
+def _hand_over(handovers: list[_Handover]) -> list[DispatchOutcome]:
+    """Submit leased handovers of one account (over concurrent channels when there are several) and record the
+    answers: the outcome of each."""
+    first = handovers[0].first
     try:
         backend = backend_for(first.cluster, _account(first))
     except (BackendError, TransportError, NoClusterAccount) as exc:
-        return _record(jobs, {job.pk: exc for job in jobs})
-    # Specs are built here, in the thread that owns the database connection; the channels only talk SSH.
-    handovers = [_Handover(job, build_spec(job, group=job.allocation_group or ""), job.dispatch_attempts)
-                 for job in jobs]
+        return _record(None, handovers, [exc] * len(handovers))
+    for handover in handovers:  # in the thread that owns the database connection; the channels only talk SSH
+        if handover.spec is None:
+            handover.spec = build_spec(handover.first, group=handover.first.allocation_group or "")
 
     def submit(handover: _Handover):
         try:
@@ -194,158 +215,70 @@ def _hand_over_jobs(jobs: list[Job]) -> dict[int, DispatchOutcome]:
     if len(handovers) == 1:
         answers = [submit(handovers[0])]  # staging, for a job with datasets, reads the database: this thread
     else:
-        with ThreadPoolExecutor(max_workers=min(len(jobs), settings.KAKEHASHI_SSH_CHANNELS)) as pool:
+        with ThreadPoolExecutor(max_workers=min(len(handovers), settings.KAKEHASHI_SSH_CHANNELS)) as pool:
             answers = list(pool.map(submit, handovers))
-    return _record(jobs, dict(zip([job.pk for job in jobs], answers, strict=True)))
+    return _record(backend, handovers, answers)
 
 
-def _record(jobs: list[Job], answers: dict) -> dict[int, DispatchOutcome]:
-    outcomes: dict[int, DispatchOutcome] = {}
-    retry_later: list[int] = []
+def _record(backend, handovers: list[_Handover], answers: list) -> list[DispatchOutcome]:
+    """Record the scheduler's answers in one transaction: the ids with one compare-and-swap on the jobs still
+    SUBMITTING (a job that left SUBMITTING meanwhile records nothing), refusals failed, the rest's lease released
+    for a retry (re-sent in 5 s; the first handover's retry is its task's). Then an array's elements cancelled
+    before its submit are deleted on the scheduler."""
+    outcomes: list[DispatchOutcome] = []
+    dropped: list[tuple[Job, str]] = []
     with transaction.atomic():
         now = timezone.now()
+        pairs = list(zip(handovers, answers, strict=True))
         moves = []
-        for job in jobs:
-            answer = answers[job.pk]
-            if not isinstance(answer, Exception):
-                submitted, found = answer
-                after = " (found after a lost reply)" if found else ""
-                moves.append(transitions.Move(job, JobState.PENDING, f"scheduler id {submitted}{after}", {
-                    "scheduler_id": submitted, "submitted_at": now, "dispatch_lease_until": None, "last_seen_at": now}))
-        # The ids: one compare-and-swap for all (a job that left SUBMITTING meanwhile records nothing).
+        for h, (submitted, found) in [(h, answer) for h, answer in pairs if not isinstance(answer, Exception)]:
+            if h.array:
+                JobGroup.objects.filter(pk=h.first.group_id).update(scheduler_id=submitted)
+            moves += h.moves(backend, submitted, found, now)
         made = {move.job.pk for move in transitions.transition_each_if(moves, JobState.SUBMITTING)}
-        for move in moves:
-            job, (submitted, found) = move.job, answers[move.job.pk]
-            if job.pk in made:
-                outcomes[job.pk] = DispatchOutcome("found" if found else "submitted", submitted)
-                if job.cancel_requested_at is not None:
-                    enqueue_on_commit(CANCEL_JOB, job.pk)
-            else:
-                state = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first()
-                log.error("job %s left SUBMITTING while being submitted (now %s, id %s)", job.pk, state, submitted)
-                outcomes[job.pk] = DispatchOutcome("skipped", f"job is {state}")
-        failed = [job.pk for job in jobs if isinstance(answers[job.pk], Exception)]
-        for job in locks.dispatched(failed) if failed else []:
-            answer = answers[job.pk]
-            if job.state != JobState.SUBMITTING:
-                outcomes[job.pk] = DispatchOutcome("skipped", f"job is {job.state}")
-            elif isinstance(answer, DataRefused):
-                transitions.transition(job, JobState.FAILED, reason=f"the job's data could not be staged: {answer}",
-                                       ended_at=now)
-                outcomes[job.pk] = DispatchOutcome("refused", str(answer))
-            elif isinstance(answer, SubmitRefused):
-                transitions.transition(job, JobState.FAILED, reason=f"the scheduler refused the job: {answer}",
-                                       ended_at=now)
-                outcomes[job.pk] = DispatchOutcome("refused", str(answer))
+        failed = [job.pk for h, answer in pairs if isinstance(answer, Exception) for job in h.jobs]
+        locked = {job.pk: job for job in locks.dispatched(failed)} if failed else {}
+        for index, (h, answer) in enumerate(pairs):
+            if not isinstance(answer, Exception):
+                outcomes.append(_recorded(h, answer, made))
+                if h.array:
+                    dropped += [(job, answer[0]) for job in Job.objects.filter(
+                        group_id=h.first.group_id, state=JobState.CANCELLED, scheduler_id="")]
+                continue
+            jobs = [locked[job.pk] for job in h.jobs if locked[job.pk].state == JobState.SUBMITTING]
+            if not jobs:
+                outcomes.append(DispatchOutcome("skipped", f"job is {locked[h.jobs[0].pk].state}"))
+            elif isinstance(answer, (DataRefused, SubmitRefused)):
+                why = ("the job's data could not be staged" if isinstance(answer, DataRefused)
+                       else f"the scheduler refused the {h.noun}")
+                for job in jobs:
+                    transitions.transition(job, JobState.FAILED, reason=f"{why}: {answer}", ended_at=now)
+                outcomes.append(DispatchOutcome("refused", str(answer)))
             else:
                 # Release the lease so the retry (or the recovery sweep) may take over at once.
-                transitions.update([job], dispatch_lease_until=None,
+                transitions.update(jobs, dispatch_lease_until=None,
                                    state_reason=f"could not reach the scheduler yet, will retry: {answer}")
-                outcomes[job.pk] = DispatchOutcome("retry", str(answer))
-                if job.pk != jobs[0].pk:
-                    retry_later.append(job.pk)
-        for job_id in retry_later:
-            enqueue_on_commit(DISPATCH_JOB, job_id, countdown=5)
+                outcomes.append(DispatchOutcome("retry", str(answer)))
+                if index:
+                    enqueue_on_commit(DISPATCH_JOB, h.first.pk, countdown=5)
+    for job, array_id in dropped:
+        _delete_dropped_element(backend, job, array_id)
     return outcomes
 
 
-def dispatch_array(group_id: int) -> DispatchOutcome:
-    """Hand a sweep's waiting elements to the scheduler as one array, exactly once, however often this runs.
-
-    The elements move together: all SUBMITTING under one lease, then all PENDING with their element ids. One
-    cancelled before the submit is still an index of the array (the script numbers them all), so it is
-    deleted on the scheduler right after.
-    """
-    with transaction.atomic():
-        jobs = locks.group_jobs(group_id)
-        refused, attempts = _lease([j for j in jobs if j.state in WAITING], "array",
-                                   nothing="no element of the array is waiting")
-    if refused is not None:
-        return refused
-    group = JobGroup.objects.get(pk=group_id)
-    jobs.sort(key=lambda j: j.array_index)
-    for job in jobs:
-        job.group = group  # whose script the elements share
-    spec = build_array_spec(jobs, group.scheduler_name, group.remote_dir)
-    return _hand_over(_Handover(jobs[0], spec, attempts, group_id=group_id))
-
-
-def _lease(waiting: list[Job], noun: str, *, nothing: str) -> tuple[DispatchOutcome | None, int]:
-    """Move locked waiting jobs to SUBMITTING under one lease: (None, the attempt's number), or (why this attempt
-    must not submit them, 0)."""
-    now = timezone.now()
-    if not waiting:
-        return DispatchOutcome("skipped", nothing), 0
-    if any(j.state == JobState.SUBMITTING and j.dispatch_lease_until and j.dispatch_lease_until > now
-           for j in waiting):
-        return DispatchOutcome("busy", f"another attempt holds this {noun}"), 0
-    attempts = max(j.dispatch_attempts for j in waiting) + 1
-    lease = {"dispatch_lease_until": now + _lease_time(), "dispatch_attempts": attempts}
-    queued = [j for j in waiting if j.state == JobState.QUEUED]
-    reason = "handing to the scheduler" if noun == "job" else "handing the array to the scheduler"
-    transitions.transition_many(queued, JobState.SUBMITTING, reason=reason, **lease)
-    # Those already SUBMITTING were left by an attempt that died: take over, but look before submitting.
-    transitions.update([j for j in waiting if j not in queued], **lease)
-    return None, attempts
-
-
-def _hand_over(handover: _Handover) -> DispatchOutcome:
-    first = handover.first
-    try:
-        backend = backend_for(first.cluster, _account(first))
-        existing = backend.find(handover.spec) if handover.attempts > 1 else None
-        if not existing:
-            spec = _staged(backend, handover)
-            submitted = backend.submit(spec, first.rendered_script)
-        else:
-            submitted = existing
-    except DataRefused as exc:
-        with transaction.atomic():
-            for job in handover.locked():
-                if job.state == JobState.SUBMITTING:
-                    transitions.transition(job, JobState.FAILED, reason=f"the job's data could not be staged: {exc}",
-                                           ended_at=timezone.now())
-        return DispatchOutcome("refused", str(exc))
-    except SubmitRefused as exc:
-        with transaction.atomic():
-            for job in handover.locked():
-                if job.state == JobState.SUBMITTING:
-                    transitions.transition(job, JobState.FAILED, reason=f"the scheduler refused the {handover.noun}: {exc}",
-                                           ended_at=timezone.now())
-        return DispatchOutcome("refused", str(exc))
-    except (BackendError, TransportError, NoClusterAccount, ObjectStoreError) as exc:
-        with transaction.atomic():
-            # Release the lease so the retry (or the recovery sweep) may take over at once.
-            transitions.update([j for j in handover.locked() if j.state == JobState.SUBMITTING],
-                               dispatch_lease_until=None, state_reason=f"could not reach the scheduler yet, will retry: {exc}")
-        return DispatchOutcome("retry", str(exc))
-
-    with transaction.atomic():
-        now = timezone.now()
-        pending = {"reason": handover.recorded_reason(submitted, bool(existing)), "submitted_at": now,
-                   "dispatch_lease_until": None, "last_seen_at": now}
-        if handover.group_id is None:
-            # A compare-and-swap in one statement (lock, check, move, event): if the job left SUBMITTING meanwhile
-            # (an attempt that took over after the lease ran out recorded it), this one records nothing.
-            if not transitions.transition_if(first, JobState.SUBMITTING, JobState.PENDING,
-                                             scheduler_id=submitted, **pending):
-                state = Job.objects.filter(pk=first.pk).values_list("state", flat=True).first()
-                log.error("job %s left SUBMITTING while being submitted (now %s, id %s)", first.pk, state, submitted)
-                return DispatchOutcome("skipped", f"job is {state}")
-            submitting, dropped = [first], []
-        else:
-            JobGroup.objects.filter(pk=handover.group_id).update(scheduler_id=submitted)
-            submitting = [j for j in handover.locked() if j.state == JobState.SUBMITTING]
-            for job in submitting:
-                job.scheduler_id = handover.scheduler_id(backend, submitted, job)
-            transitions.transition_many(submitting, JobState.PENDING, also=["scheduler_id"], **pending)
-            dropped = list(Job.objects.filter(group_id=handover.group_id, state=JobState.CANCELLED, scheduler_id=""))
-        cancel_wanted = [job.pk for job in submitting if job.cancel_requested_at is not None]
-    for job_id in cancel_wanted:
-        enqueue(CANCEL_JOB, job_id)
-    for job in dropped:
-        _delete_dropped_element(backend, job, submitted)
-    return DispatchOutcome("found" if existing else "submitted", submitted)
+def _recorded(handover: _Handover, answer: tuple[str, bool], made: set[int]) -> DispatchOutcome:
+    """The outcome of a submit the scheduler accepted; a cancel asked for meanwhile is sent once this commits."""
+    submitted, found = answer
+    moved = [job for job in handover.jobs if job.pk in made]
+    for job in moved:
+        if job.cancel_requested_at is not None:
+            enqueue_on_commit(CANCEL_JOB, job.pk)
+    if moved:
+        return DispatchOutcome("found" if found else "submitted", submitted)
+    first = handover.jobs[0]
+    state = Job.objects.filter(pk=first.pk).values_list("state", flat=True).first()
+    log.error("job %s left SUBMITTING while being submitted (now %s, id %s)", first.pk, state, submitted)
+    return DispatchOutcome("skipped", f"job is {state}")
 
 
 def _account(job: Job):
@@ -364,13 +297,14 @@ def _staged(backend, handover: _Handover) -> JobSpec:
     def renew_lease() -> None:
         # Copying a large dataset may outlast the lease: keep it, so no other attempt takes over and submits.
         with transaction.atomic():
-            transitions.update([j for j in handover.locked() if j.state == JobState.SUBMITTING],
+            jobs = locks.dispatched([job.pk for job in handover.jobs])
+            transitions.update([j for j in jobs if j.state == JobState.SUBMITTING],
                                dispatch_lease_until=timezone.now() + _lease_time())
 
     spec, report = backend.stage_data(handover.spec, first.project.slug, data_inputs(attached, first.cluster),
                                       heartbeat=renew_lease)
     names = ", ".join(d.name for d in attached)
-    for job in handover.locked_view():
+    for job in handover.jobs:
         events.noted(job, f"staged dataset(s) {names}: {report.summary()}")
     return spec
 
