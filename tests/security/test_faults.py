@@ -471,6 +471,7 @@ class _DatabaseLink:
         self._lock = threading.Lock()
         self._open: list[socket.socket] = []
         self._listener: socket.socket | None = None
+        self.ports: list[int] = []  # the link's own ends towards PostgreSQL: its sessions, in pg_stat_activity
         self.restore()
 
     def restore(self) -> None:
@@ -494,8 +495,11 @@ class _DatabaseLink:
         with self._lock:
             for sock in self._open:
                 with contextlib.suppress(OSError):
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-                    sock.close()  # a reset, as a server that went away leaves its clients
+                    # Shut down before closing: a close alone leaves the socket open under the thread blocked in
+                    # recv() on it. Both ends see the connection end, as when a server goes away.
+                    sock.shutdown(socket.SHUT_RDWR)
+                with contextlib.suppress(OSError):
+                    sock.close()
             self._open.clear()
 
     def _accept(self, listener: socket.socket) -> None:
@@ -513,6 +517,7 @@ class _DatabaseLink:
                 continue
             with self._lock:
                 self._open += [client, server]
+                self.ports.append(server.getsockname()[1])
             for a, b in ((client, server), (server, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
@@ -529,9 +534,21 @@ class _DatabaseLink:
 
 @pytest.fixture
 def database_link():
+    from django.db import connection
+
+    from tests.conftest import wait_for
+
     link = _DatabaseLink()
     yield link
     link.cut()
+
+    def sessions_left() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE client_port = ANY(%s)", [link.ports])
+            return cursor.fetchone()[0]
+
+    # PostgreSQL ends a reset session a moment later: leave none behind on the test database.
+    wait_for(lambda: sessions_left() == 0, timeout=30, message="the link's sessions to end")
 
 
 @pytest.mark.worker
