@@ -74,8 +74,9 @@ class Backend(ABC):
     directive_prefix: ClassVar[str] = ""
     # The three facts about the scheduler's job environment that the shared script body needs.
     dialect: ClassVar[Dialect]
-    # What one of this scheduler's job ids looks like: checked before any id reaches a shell.
-    id_pattern: ClassVar[re.Pattern[str]]
+    # What one of this scheduler's job ids looks like: checked before any id reaches a shell, and in what a submit
+    # printed. None where an adapter checks its ids its own way (the local runner's id is its job directory).
+    id_pattern: ClassVar[re.Pattern[str] | None] = None
     # How the scheduler is called in messages ("Slurm", "Grid Engine").
     scheduler_name: ClassVar[str] = ""
     # Seconds the submit command may take, if not the transport's own timeout.
@@ -137,9 +138,10 @@ class Backend(ABC):
         return staging_archive(spec, script)
 
     @abstractmethod
-    def parse_submit(self, result: CommandResult) -> str:
-        """The job id from the submit command's result; SubmitRefused with the scheduler's own words for a job
-        it will never take, BackendError for a failure that may pass."""
+    def parse_submit(self, result: CommandResult) -> str | None:
+        """The job id the submit command printed ("" or None if none: `submit` checks it against `id_pattern`);
+        SubmitRefused with the scheduler's own words for a job it will never take, BackendError for a failure
+        that may pass."""
 
     @abstractmethod
     def find_command(self, spec: JobSpec) -> str:
@@ -208,7 +210,10 @@ class Backend(ABC):
         """Submit and return the scheduler's job id. `script` overrides `render(spec)` (already validated)."""
         script = script if script is not None else self.render(spec)
         result = self.run(self.submit_shell(spec), stdin=self.staging_archive(spec, script), timeout=self.submit_timeout)
-        return self.parse_submit(result)
+        job_id = self.parse_submit(result)
+        if self.id_pattern is not None and not (job_id and self.id_pattern.fullmatch(job_id)):
+            raise BackendError(f"{self.submit_command(spec)[0]} printed no job id: {result.stdout!r}")
+        return job_id
 
     def find(self, spec: JobSpec) -> str | None:
         """The id of this job if an earlier attempt already submitted it, else None.
