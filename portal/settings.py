@@ -3,6 +3,9 @@
 Profiles (KAKEHASHI_PROFILE):
 - development (default): SQLite under var/, a file-system Celery broker, DEBUG on.
 - production: refuses to start with a default or missing secret or encryption key; DEBUG off.
+
+Why one module: Django reads one settings module; each section reads its environment variables next to its
+documented default, and the production profile's refusals check them all in one place.
 """
 
 from __future__ import annotations

@@ -1,4 +1,9 @@
-"""What the API accepts and answers. Input serializers check shapes only; the rules live in the actions."""
+"""What the API accepts and answers. Input serializers check shapes only; the rules live in the actions.
+
+Why one module: the API's answers nest one another (a submission holds a job, a job its outputs and money, a
+dry run its places and budget), so the serializers share their fields (money, amounts, walltimes, absolute links)
+and the schema names each once; the sections below follow the API's resources.
+"""
 
 from __future__ import annotations
 
