@@ -1,6 +1,6 @@
 """The layering holds: no import circle between modules or apps, backends stay plain Python, actions never
-import tasks, every task an action enqueues by name exists, and every module over 400 lines says why it is one. Read from the source with `ast` (imports inside
-functions count too), so it is fast and needs no database."""
+import tasks, every task an action enqueues by name exists, and every module over 400 lines says why it is one.
+Read from the source with `ast` (imports inside functions count too), so it is fast and needs no database."""
 
 from __future__ import annotations
 
