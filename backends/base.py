@@ -18,8 +18,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar
 
-from backends.safety import DIRECTIVE_PREFIXES, directive_lines, validate_spec
-from backends.script import Dialect, assemble, render_body, staged_command, staging_archive
+from backends.safety import DIRECTIVE_PREFIXES, check_job_name, directive_lines, validate_spec
+from backends.script import Dialect, assemble, recorded_id_command, render_body, staged_command, staging_archive
 from backends.spec import (
     DATA_DIR,
     FINAL_STATES,
@@ -79,6 +79,8 @@ class Backend(ABC):
     id_pattern: ClassVar[re.Pattern[str] | None] = None
     # How the scheduler is called in messages ("Slurm", "Grid Engine").
     scheduler_name: ClassVar[str] = ""
+    # The submit command as messages name it ("sbatch", "qsub").
+    submit_program: ClassVar[str] = ""
     # Seconds the submit command may take, if not the transport's own timeout.
     submit_timeout: ClassVar[float | None] = None
     # The scheduler's cancel command (before the id), and what it says of a job that already ended.
@@ -137,16 +139,36 @@ class Backend(ABC):
         """The job directory's inputs, sent on the submit command's stdin."""
         return staging_archive(spec, script)
 
-    @abstractmethod
     def parse_submit(self, result: CommandResult) -> str | None:
         """The job id the submit command printed ("" or None if none: `submit` checks it against `id_pattern`);
-        SubmitRefused with the scheduler's own words for a job it will never take, BackendError for a failure
-        that may pass."""
+        SubmitRefused with the scheduler's own words (`submit_refusal`) for a job it will never take, BackendError
+        for a failure that may pass."""
+        if not result.ok:
+            refusal = self.submit_refusal(result)
+            if refusal:
+                raise SubmitRefused(refusal)
+            raise BackendError(f"{self.submit_program} failed (exit {result.exit_status}): {result.message}")
+        return self.submitted_id(result.stdout)
 
-    @abstractmethod
+    def submit_refusal(self, result: CommandResult) -> str | None:
+        """What the scheduler said when it will never take this job, from a failed submit; None when the failure
+        may pass (BackendError may be raised for one with words of its own)."""
+        return None
+
+    def submitted_id(self, stdout: str) -> str | None:
+        """The job id in what a successful submit printed: by default its last line that is not blank."""
+        lines = [line.strip() for line in stdout.splitlines() if line.strip()]
+        return lines[-1] if lines else ""
+
     def find_command(self, spec: JobSpec) -> str:
         """A command that prints what is known of a job of this spec's name: the id the submit command recorded
-        in the job directory, then the queue's and accounting's."""
+        in the job directory, then the queue's and accounting's (`find_lookup`); it never fails."""
+        lookup = self.find_lookup(shlex.quote(check_job_name(spec.name)))
+        return f"{recorded_id_command(spec.workdir)}; {lookup}; true"
+
+    def find_lookup(self, quoted_name: str) -> str:
+        """A command printing the ids of this user's jobs of exactly this (quoted) name, queued or finished."""
+        raise NotImplementedError
 
     @abstractmethod
     def parse_find(self, stdout: str) -> str | None:
@@ -212,7 +234,7 @@ class Backend(ABC):
         result = self.run(self.submit_shell(spec), stdin=self.staging_archive(spec, script), timeout=self.submit_timeout)
         job_id = self.parse_submit(result)
         if self.id_pattern is not None and not (job_id and self.id_pattern.fullmatch(job_id)):
-            raise BackendError(f"{self.submit_command(spec)[0]} printed no job id: {result.stdout!r}")
+            raise BackendError(f"{self.submit_program} printed no job id: {result.stdout!r}")
         return job_id
 
     def find(self, spec: JobSpec) -> str | None:
