@@ -168,27 +168,16 @@ def test_the_portal_reaches_clusters_only_through_the_backend_interface():
 
 LONG_MODULE = 400  # lines
 REASON = "Why one module:"
-# Rewritten on another branch (issue 11's dispatch pass), which gives it a reason or splits it: drop it then.
-REASON_PENDING = {"portal.jobs.actions.dispatch"}
 
 
 def test_every_module_over_400_lines_says_at_its_top_why_it_is_one_module():
     """A long module is either split or says why not: a line of its docstring begins "Why one module:"."""
     unexplained = []
-    for name, path in MODULES.items():
+    for path in MODULES.values():
         text = path.read_text()
-        if len(text.splitlines()) <= LONG_MODULE or name in REASON_PENDING:
+        if len(text.splitlines()) <= LONG_MODULE:
             continue
         docstring = ast.get_docstring(ast.parse(text, str(path))) or ""
         if not any(line.startswith(REASON) for line in docstring.splitlines()):
             unexplained.append(f"{path.relative_to(ROOT)} ({len(text.splitlines())} lines)")
     assert unexplained == [], "split these or say why not at the top:\n" + "\n".join(unexplained)
-
-
-def test_a_reason_pending_is_for_a_module_that_still_needs_one():
-    for name in REASON_PENDING:
-        assert name in MODULES, f"{name}: drop it from REASON_PENDING"
-        text = MODULES[name].read_text()
-        docstring = ast.get_docstring(ast.parse(text)) or ""
-        assert len(text.splitlines()) > LONG_MODULE and not any(
-            line.startswith(REASON) for line in docstring.splitlines()), f"{name}: drop it from REASON_PENDING"
