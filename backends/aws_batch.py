@@ -10,6 +10,10 @@ and pushes outputs/ and its logs back. job.sh is the same script body every sche
 dialect below; the image comes from the same Software row that runs under `apptainer exec --nv` on a cluster.
 The job definition and the queue, rendering, are in backends/aws_batch_defs.py; setting a site up (compute
 environments, queues) in backends/aws_batch_setup.py.
+
+Why one module: it is one adapter, AWSBatchBackend, each of whose methods is one AWS call and its reading;
+what is not that class is in its own module already (job definitions in aws_batch_defs, site setup in
+aws_batch_setup, pure readers in aws_batch_parse, prices in aws_pricing).
 """
 
 from __future__ import annotations

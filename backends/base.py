@@ -18,8 +18,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar
 
-from backends.safety import DIRECTIVE_PREFIXES, directive_lines, validate_spec
-from backends.script import Dialect, assemble, render_body, staged_command, staging_archive
+from backends.safety import DIRECTIVE_PREFIXES, check_job_name, directive_lines, validate_spec
+from backends.script import Dialect, assemble, recorded_id_command, render_body, staged_command, staging_archive
 from backends.spec import (
     DATA_DIR,
     FINAL_STATES,
@@ -74,10 +74,13 @@ class Backend(ABC):
     directive_prefix: ClassVar[str] = ""
     # The three facts about the scheduler's job environment that the shared script body needs.
     dialect: ClassVar[Dialect]
-    # What one of this scheduler's job ids looks like: checked before any id reaches a shell.
-    id_pattern: ClassVar[re.Pattern[str]]
+    # What one of this scheduler's job ids looks like: checked before any id reaches a shell, and in what a submit
+    # printed. None where an adapter checks its ids its own way (the local runner's id is its job directory).
+    id_pattern: ClassVar[re.Pattern[str] | None] = None
     # How the scheduler is called in messages ("Slurm", "Grid Engine").
     scheduler_name: ClassVar[str] = ""
+    # The submit command as messages name it ("sbatch", "qsub").
+    submit_program: ClassVar[str] = ""
     # Seconds the submit command may take, if not the transport's own timeout.
     submit_timeout: ClassVar[float | None] = None
     # The scheduler's cancel command (before the id), and what it says of a job that already ended.
@@ -136,15 +139,36 @@ class Backend(ABC):
         """The job directory's inputs, sent on the submit command's stdin."""
         return staging_archive(spec, script)
 
-    @abstractmethod
-    def parse_submit(self, result: CommandResult) -> str:
-        """The job id from the submit command's result; SubmitRefused with the scheduler's own words for a job
-        it will never take, BackendError for a failure that may pass."""
+    def parse_submit(self, result: CommandResult) -> str | None:
+        """The job id the submit command printed ("" or None if none: `submit` checks it against `id_pattern`);
+        SubmitRefused with the scheduler's own words (`submit_refusal`) for a job it will never take, BackendError
+        for a failure that may pass."""
+        if not result.ok:
+            refusal = self.submit_refusal(result)
+            if refusal:
+                raise SubmitRefused(refusal)
+            raise BackendError(f"{self.submit_program} failed (exit {result.exit_status}): {result.message}")
+        return self.submitted_id(result.stdout)
 
-    @abstractmethod
+    def submit_refusal(self, result: CommandResult) -> str | None:
+        """What the scheduler said when it will never take this job, from a failed submit; None when the failure
+        may pass (BackendError may be raised for one with words of its own)."""
+        return None
+
+    def submitted_id(self, stdout: str) -> str | None:
+        """The job id in what a successful submit printed: by default its last line that is not blank."""
+        lines = [line.strip() for line in stdout.splitlines() if line.strip()]
+        return lines[-1] if lines else ""
+
     def find_command(self, spec: JobSpec) -> str:
         """A command that prints what is known of a job of this spec's name: the id the submit command recorded
-        in the job directory, then the queue's and accounting's."""
+        in the job directory, then the queue's and accounting's (`find_lookup`); it never fails."""
+        lookup = self.find_lookup(shlex.quote(check_job_name(spec.name)))
+        return f"{recorded_id_command(spec.workdir)}; {lookup}; true"
+
+    def find_lookup(self, quoted_name: str) -> str:
+        """A command printing the ids of this user's jobs of exactly this (quoted) name, queued or finished."""
+        raise NotImplementedError
 
     @abstractmethod
     def parse_find(self, stdout: str) -> str | None:
@@ -208,7 +232,10 @@ class Backend(ABC):
         """Submit and return the scheduler's job id. `script` overrides `render(spec)` (already validated)."""
         script = script if script is not None else self.render(spec)
         result = self.run(self.submit_shell(spec), stdin=self.staging_archive(spec, script), timeout=self.submit_timeout)
-        return self.parse_submit(result)
+        job_id = self.parse_submit(result)
+        if self.id_pattern is not None and not (job_id and self.id_pattern.fullmatch(job_id)):
+            raise BackendError(f"{self.submit_program} printed no job id: {result.stdout!r}")
+        return job_id
 
     def find(self, spec: JobSpec) -> str | None:
         """The id of this job if an earlier attempt already submitted it, else None.

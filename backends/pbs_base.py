@@ -26,7 +26,6 @@ from typing import ClassVar
 from backends.base import (
     SCRIPT_FILE,
     Backend,
-    BackendError,
     InvalidJobSpec,
     JobRecord,
     JobSpec,
@@ -36,7 +35,7 @@ from backends.base import (
 )
 from backends.pbs_parse import IndexEntry, Observation, parse_pbs_load, parse_query, submit_error
 from backends.safety import check_job_name, check_mapping, check_path
-from backends.script import Dialect, recorded_id_command
+from backends.script import Dialect
 from backends.transport import CommandResult
 
 EXIT_FILE = "kakehashi-exit-status"
@@ -69,6 +68,7 @@ class PBSBase(Backend):
 
     kind = "pbs"
     scheduler_name = "PBS"
+    submit_program = "qsub"
     directive_prefix = "#PBS"
     id_pattern = _ID_RE
     dialect = Dialect(
@@ -113,10 +113,6 @@ class PBSBase(Backend):
     def judge(self, job_id: str, attributes: Mapping[str, str], entry: IndexEntry | None,
               now: datetime | None) -> Observation:
         """One listed job as the dialect reads it."""
-        raise NotImplementedError
-
-    def find_lookup(self, quoted_name: str) -> str:
-        """A command printing the ids of this user's jobs of exactly this name, queued or finished."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------------------------------- rendering
@@ -164,18 +160,10 @@ class PBSBase(Backend):
         )
         return f"{super().submit_shell(spec)} && {link}"
 
-    def parse_submit(self, result: CommandResult) -> str:
-        if not result.ok:
+    def parse_submit(self, result: CommandResult) -> str | None:
+        if not result.ok:  # qsub's words may be on stdout too (the slurm-wlm-torque wrapper's)
             raise submit_error(result.exit_status, result.stdout, result.stderr)
-        lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
-        job_id = lines[-1] if lines else ""
-        if not _ID_RE.fullmatch(job_id):
-            raise BackendError(f"qsub printed no job id: {result.stdout!r}")
-        return job_id
-
-    def find_command(self, spec: JobSpec) -> str:
-        lookup = self.find_lookup(shlex.quote(check_job_name(spec.name)))
-        return f"{recorded_id_command(spec.workdir)}; {lookup}; true"
+        return super().parse_submit(result)
 
     def parse_find(self, stdout: str) -> str | None:
         for line in stdout.split():

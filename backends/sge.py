@@ -40,7 +40,6 @@ from backends.base import (
     JobSpec,
     JobStatus,
     Load,
-    SubmitRefused,
 )
 from backends.safety import check_group, check_job_name, check_mapping
 from backends.script import Dialect, recorded_id_command
@@ -81,6 +80,7 @@ def _check_name(kind: str, value: str, pattern: re.Pattern[str] = _NAME_RE) -> s
 class SGEBackend(Backend):
     kind = "sge"
     scheduler_name = "Grid Engine"
+    submit_program = "qsub"
     id_pattern = _SCHEDULER_ID_RE
     supports_arrays = True
     directive_prefix = "#$"
@@ -158,16 +158,11 @@ class SGEBackend(Backend):
 
     # ------------------------------------------------------------------------------------------ submitting
 
-    def parse_submit(self, result: CommandResult) -> str:
-        if not result.ok:
-            message = result.message
-            if is_refusal(message):
-                raise SubmitRefused(qsub_error(message))
-            raise BackendError(f"qsub failed (exit {result.exit_status}): {message}")
-        job_id = terse_id(result.stdout)
-        if job_id is None:
-            raise BackendError(f"qsub printed no job id: {result.stdout!r}")
-        return job_id
+    def submit_refusal(self, result: CommandResult) -> str | None:
+        return qsub_error(result.message) if is_refusal(result.message) else None
+
+    def submitted_id(self, stdout: str) -> str | None:
+        return terse_id(stdout)
 
     def find_command(self, spec: JobSpec) -> str:
         name = shlex.quote(check_job_name(spec.name))

@@ -4,6 +4,10 @@ Grid Engine 8.x, Open Grid Scheduler and SGE 6 printed at other sites (tests/bac
 backends/sge.py runs the commands.
 
 qacct prints times with ctime() in the login node's local zone; the commands set TZ=UTC0, so the times are UTC.
+
+Why one module: every function reads one of Grid Engine's outputs and they share their private readers (the
+XML guard, qacct's rows, task ranges); split, one scheduler's parsers would import each other's helpers. Pure
+functions only, tested on recorded outputs, as backends/pbs_parse.py is for PBS.
 """
 
 from __future__ import annotations

@@ -21,10 +21,9 @@ from backends.base import (
     JobStatus,
     Load,
     State,
-    SubmitRefused,
 )
 from backends.safety import check_job_name, check_mapping
-from backends.script import Dialect, hms, recorded_id_command, tasks_per_node
+from backends.script import Dialect, hms, tasks_per_node
 from backends.transport import CommandResult
 
 _PENDING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
@@ -69,6 +68,7 @@ def _epoch(value: str) -> datetime | None:
 class SlurmBackend(Backend):
     kind = "slurm"
     scheduler_name = "Slurm"
+    submit_program = "sbatch"
     directive_prefix = "#SBATCH"
     id_pattern = _ID_RE
     dialect = Dialect(
@@ -122,29 +122,26 @@ class SlurmBackend(Backend):
     def submit_command(self, spec: JobSpec) -> list[str]:
         return ["sbatch", "--parsable", SCRIPT_FILE]
 
-    def parse_submit(self, result: CommandResult) -> str:
-        if not result.ok:
-            message = result.message
-            # sbatch words a controller it cannot reach as a failed submission too ("sbatch: error: Batch job
-            # submission failed: Unable to contact slurm controller"): that is an outage to wait out, not a refusal
-            # of the job. A timed-out reply may even hide a submission, which the retry's look-first finds.
-            if any(words in message for words in _CONTROLLER_UNREACHABLE):
-                raise BackendError(f"the Slurm controller is not answering: {message}")
-            if "sbatch: error" in message or "Batch job submission failed" in message:
-                raise SubmitRefused(_sbatch_error(message))
-            raise BackendError(f"sbatch failed (exit {result.exit_status}): {message}")
-        job_id = result.stdout.strip().splitlines()[-1].split(";")[0] if result.stdout.strip() else ""
-        if not _ID_RE.fullmatch(job_id):
-            raise BackendError(f"sbatch printed no job id: {result.stdout!r}")
-        return job_id
+    def submit_refusal(self, result: CommandResult) -> str | None:
+        message = result.message
+        # sbatch words a controller it cannot reach as a failed submission too ("sbatch: error: Batch job
+        # submission failed: Unable to contact slurm controller"): that is an outage to wait out, not a refusal
+        # of the job. A timed-out reply may even hide a submission, which the retry's look-first finds.
+        if any(words in message for words in _CONTROLLER_UNREACHABLE):
+            raise BackendError(f"the Slurm controller is not answering: {message}")
+        if "sbatch: error" in message or "Batch job submission failed" in message:
+            return _sbatch_error(message)
+        return None
 
-    def find_command(self, spec: JobSpec) -> str:
-        name = shlex.quote(check_job_name(spec.name))
+    def submitted_id(self, stdout: str) -> str | None:
+        # "123" or "123;cluster": the id on the last line.
+        return stdout.strip().splitlines()[-1].split(";")[0] if stdout.strip() else ""
+
+    def find_lookup(self, quoted_name: str) -> str:
+        # %F and the part of sacct's JobID before "_" are an array's own id ("123" of "123_4").
         return (
-            f"{recorded_id_command(spec.workdir)}; "
-            # %F and the part of sacct's JobID before "_" are an array's own id ("123" of "123_4").
-            f"squeue -h -t all -n {name} -o %F 2>/dev/null; "
-            f"SLURM_TIME_FORMAT=%s sacct -n -X -P --name {name} -S now-30days -o JobID 2>/dev/null; true"
+            f"squeue -h -t all -n {quoted_name} -o %F 2>/dev/null; "
+            f"SLURM_TIME_FORMAT=%s sacct -n -X -P --name {quoted_name} -S now-30days -o JobID 2>/dev/null"
         )
 
     def parse_find(self, stdout: str) -> str | None:

@@ -209,7 +209,7 @@ class Access:
     """What the portal knows about reaching one cluster as one identity, in plain values.
 
     A backend's `connect` takes what its `reach` needs: a login node its host, pinned host keys and the
-    account's key; the portal host its job root; a cloud API its region and credentials (from settings).
+    account's key; the portal host its job root; a cloud API the key below (its region is in the settings).
     """
 
     host: str = ""

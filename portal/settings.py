@@ -3,6 +3,9 @@
 Profiles (KAKEHASHI_PROFILE):
 - development (default): SQLite under var/, a file-system Celery broker, DEBUG on.
 - production: refuses to start with a default or missing secret or encryption key; DEBUG off.
+
+Why one module: Django reads one settings module; each section reads its environment variables next to its
+documented default, and the production profile's refusals check them all in one place.
 """
 
 from __future__ import annotations
@@ -405,12 +408,6 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "portal.api.pagination.Pages",
     "PAGE_SIZE": 50,
 }
-def _job_states_in_the_api() -> list[tuple[str, str]]:
-    """A job's state as the API reports it (portal.api.serializers): JobState's, and "draft" for a dry run."""
-    from portal.jobs.models import JobState
-
-    return [("draft", "Draft (dry run)"), *JobState.choices]
-
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Kakehashi API",
@@ -423,8 +420,8 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     # Choice sets sharing a field name ("state", "kind") each get their own name (and `check --deploy` stays clean).
     "ENUM_NAME_OVERRIDES": {
-        "JobStateEnum": lambda: _job_states_in_the_api(),
-        "UploadStateEnum": ["open", "completed", "aborted"],
+        "JobStateEnum": "portal.api.serializers.JOB_STATES",  # JobState's and "draft" for a dry run
+        "UploadStateEnum": "portal.api.upload_views.UPLOAD_STATES",
         # Jobs and datasets both have a "kind".
         "JobKindEnum": "portal.jobs.models.Job.Kind",
         "DatasetKindEnum": "portal.storage.models.DatasetKind",

@@ -2,6 +2,9 @@
 
 Exit codes: 0 done, 2 wrong usage (or a local file that cannot be used), 3 the portal refused (the message says
 why), 4 the portal could not be reached. Human output by default; --json prints the API's answers for scripts.
+
+Why one module: the `kakehashi` command is one argparse parser whose subcommands share the helpers at the top
+(the client, tables, money, job lines); the API client, the configuration and uploads are their own modules.
 """
 
 from __future__ import annotations

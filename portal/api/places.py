@@ -15,7 +15,7 @@ from portal.api import queries
 from portal.api.base import ApiView, query_int
 from portal.api.errors import ApiError
 from portal.api.schema import BAD_INPUT, COMMON_ERRORS, NOT_FOUND
-from portal.api.serializers import PlaceSerializer, place_data
+from portal.api.serializers import PlaceSerializer
 from portal.catalog import places
 from portal.jobs.actions import parse_walltime
 
@@ -23,8 +23,7 @@ MAX_HOURS = Decimal(24 * 366)
 
 
 def places_answer(project, shape: places.Shape) -> dict:
-    return {"shape": shape.label, "places": PlaceSerializer([place_data(p) for p in places.places_for(project, shape)],
-                                                            many=True).data}
+    return {"shape": shape.label, "places": PlaceSerializer(places.places_for(project, shape), many=True).data}
 
 
 class PlacesAnswerSerializer(serializers.Serializer):

@@ -1,4 +1,9 @@
-"""What the API accepts and answers. Input serializers check shapes only; the rules live in the actions."""
+"""What the API accepts and answers. Input serializers check shapes only; the rules live in the actions.
+
+Why one module: the API's answers nest one another (a submission holds a job, a job its outputs and money, a
+dry run its places and budget), so the serializers share their fields (money, amounts, walltimes, absolute links)
+and the schema names each once; the sections below follow the API's resources.
+"""
 
 from __future__ import annotations
 
@@ -42,10 +47,12 @@ def money(value: Money | None) -> dict[str, Any] | None:
 
 @extend_schema_field(MoneySerializer(allow_null=True))
 class MoneyField(serializers.Field):
-    """A `Money` attribute, spelled by `money`."""
+    """A `Money` attribute, spelled by `money`. Read-only; `read_only=False` where the schema has always shown the
+    amount without readOnly (an answer's nested MoneySerializer before it was this field: places, presets)."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(read_only=True, **kwargs)
+        kwargs.setdefault("read_only", True)
+        super().__init__(**kwargs)
 
     def to_representation(self, value: Money) -> dict[str, Any] | None:
         return money(value)
@@ -232,6 +239,10 @@ class ArtifactSerializer(serializers.Serializer):
         return absolute_url(self.context, "api-job-output", artifact.job_id, artifact.pk) if artifact.stored_name else None
 
 
+# A job's state as the API reports it: JobState's, and "draft" for a dry run (settings' JobStateEnum names it).
+JOB_STATES = [("draft", "Draft (dry run)"), *JobState.choices]
+
+
 class JobSerializer(serializers.Serializer):
     """A job as the API shows it. `script` is the exact job script handed (or to be handed) to the scheduler."""
 
@@ -277,7 +288,7 @@ class JobSerializer(serializers.Serializer):
     outputs = serializers.SerializerMethodField(help_text="files the job left in outputs/: path, size, url")
     url = serializers.SerializerMethodField(help_text="the job's page in the portal")
 
-    @extend_schema_field(serializers.ChoiceField(choices=[("draft", "Draft (dry run)"), *JobState.choices]))
+    @extend_schema_field(serializers.ChoiceField(choices=JOB_STATES))
     def get_state(self, job: Job) -> str:
         return job.state if job.pk is not None else "draft"
 
@@ -339,7 +350,7 @@ class SweepSerializer(serializers.Serializer):
     jobs = JobSerializer(many=True)
 
 
-class PlaceSerializer(serializers.Serializer):
+class PlaceSerializer(serializers.Serializer):  # a catalog.places.Place
     cluster = serializers.SlugField(source="cluster.slug")
     cluster_name = serializers.CharField(source="cluster.name")
     kind = serializers.CharField(source="cluster.kind", help_text="slurm, pbs, sge, aws-batch, local")
@@ -350,28 +361,18 @@ class PlaceSerializer(serializers.Serializer):
     nodes = serializers.IntegerField(help_text="whole nodes of this hardware the shape needs; pass it as `nodes`")
     gpus = serializers.IntegerField(help_text="GPUs in all (more than asked when nodes are larger)")
     same_model = serializers.BooleanField(help_text="false: another GPU model than the one asked for")
-    cost = MoneySerializer(allow_null=True, help_text="the whole job in the unit of the project's budget")
-    reporting_cost = MoneySerializer(allow_null=True, help_text="the same in the site's reporting unit")
+    cost = MoneyField(read_only=False, allow_null=True, help_text="the whole job in the unit of the project's budget")
+    reporting_cost = MoneyField(read_only=False, source="reporting", allow_null=True,
+                                help_text="the same in the site's reporting unit")
     reachable = serializers.BooleanField(allow_null=True, help_text="at the last health check; null: never checked")
     waiting = serializers.IntegerField(allow_null=True, help_text="jobs waiting where this one would wait")
-    free_nodes = serializers.IntegerField(allow_null=True)
-    total_nodes = serializers.IntegerField(allow_null=True)
+    free_nodes = serializers.IntegerField(source="health.free_nodes", allow_null=True)  # no health check: null
+    total_nodes = serializers.IntegerField(source="health.total_nodes", allow_null=True)
     expected_start = serializers.DateTimeField(allow_null=True,
                                                help_text="when the jobs waiting now should start (Slurm's squeue --start)")
-    checked_at = serializers.DateTimeField(allow_null=True, help_text="when the cluster was last asked")
+    checked_at = serializers.DateTimeField(source="health.checked_at", allow_null=True,
+                                           help_text="when the cluster was last asked")
     busy = serializers.CharField(help_text="how busy it is, in words")
-
-
-def place_data(place) -> dict:
-    """A catalog.places.Place as PlaceSerializer reads it."""
-    health = place.health
-    return {
-        "cluster": place.cluster, "hardware": place.hardware, "nodes": place.nodes, "gpus": place.gpus,
-        "same_model": place.same_model, "cost": money(place.cost), "reporting_cost": money(place.reporting),
-        "reachable": place.reachable, "waiting": place.waiting,
-        "free_nodes": health.free_nodes if health else None, "total_nodes": health.total_nodes if health else None,
-        "expected_start": place.expected_start, "checked_at": health.checked_at if health else None, "busy": place.busy,
-    }
 
 
 class SubmissionSerializer(JobSerializer):

@@ -7,7 +7,6 @@ Refusals are StorageErrors, mapped to JSON by portal/api/errors.py.
 from __future__ import annotations
 
 from django.conf import settings
-from django.urls import reverse
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.permissions import IsAuthenticated
@@ -20,7 +19,7 @@ from portal.api.parsers import JSONRenderer
 from portal.api.permissions import TokenScope
 from portal.api.queries import project_or_404
 from portal.api.schema import BAD_INPUT, COMMON_ERRORS, NOT_FOUND, error
-from portal.api.serializers import FileSerializer
+from portal.api.serializers import FileSerializer, absolute_url
 from portal.storage import uploads
 from portal.storage.models import UploadSession
 
@@ -29,6 +28,10 @@ UPLOAD_ID = OpenApiParameter("upload_id", str, OpenApiParameter.PATH, descriptio
 STORE_DOWN = {503: error("the object store could not be reached; try again")}
 CONFLICT = {409: error("the upload is already complete or was aborted (`code` says which), a file exists at the "
                        "path (upload with overwrite), or this portal has no object store (`no_object_store`)")}
+
+
+# An upload's states as the API reports them (settings' UploadStateEnum names them).
+UPLOAD_STATES = ["open", "completed", "aborted"]
 
 
 class UploadCreateSerializer(serializers.Serializer):
@@ -47,7 +50,7 @@ class UploadSerializer(serializers.Serializer):
     sha256 = serializers.CharField()
     part_size = serializers.IntegerField(help_text="every part but the last has exactly this many bytes")
     part_count = serializers.IntegerField()
-    state = serializers.ChoiceField(choices=["open", "completed", "aborted"])
+    state = serializers.ChoiceField(choices=UPLOAD_STATES)
     reason = serializers.CharField(help_text="why it was aborted")
     resumed = serializers.SerializerMethodField(help_text="true: your open upload of the same file, to continue")
     created_at = serializers.DateTimeField()
@@ -58,16 +61,11 @@ class UploadSerializer(serializers.Serializer):
     def get_resumed(self, session) -> bool:
         return bool(self.context.get("resumed"))
 
-    def _url(self, name: str, session) -> str:
-        path = reverse(name, args=[session.project.slug, session.pk])
-        request = self.context.get("request")
-        return request.build_absolute_uri(path) if request is not None else path
-
     def get_parts_url(self, session) -> str:
-        return self._url("api-upload-parts", session)
+        return absolute_url(self.context, "api-upload-parts", session.project.slug, session.pk)
 
     def get_complete_url(self, session) -> str:
-        return self._url("api-upload-complete", session)
+        return absolute_url(self.context, "api-upload-complete", session.project.slug, session.pk)
 
     def get_file(self, session) -> dict | None:
         if session.stored_file is None:

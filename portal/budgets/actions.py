@@ -2,6 +2,10 @@
 
 Every movement is a LedgerEntry written while the project's Budget row is locked (portal/budgets/locks.py), so
 concurrent submits are serialised on that row and can never overspend together.
+
+Why one module: every function here writes or sums the ledger of Budget rows it locked, and reserving,
+settling and appending share the private sums and period starts; split, the rule "written while the budget row
+is locked" would have to be kept in several places.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 from django.contrib import admin
 
+from portal.admin_mixins import Permanent
 from portal.budgets.models import Budget, BudgetAlert, LedgerEntry, UnitConversion
 
 
@@ -9,19 +10,9 @@ class BudgetAdmin(admin.ModelAdmin):
 
 
 @admin.register(LedgerEntry)
-class LedgerEntryAdmin(admin.ModelAdmin):
+class LedgerEntryAdmin(Permanent, admin.ModelAdmin):  # append-only: visible, never editable
     list_display = ["id", "budget", "kind", "amount", "job", "period_start", "created_at", "note"]
     list_filter = ["kind", "budget"]
-
-    # Append-only: visible, never editable.
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-    def has_add_permission(self, request):
-        return False
 
 
 admin.site.register(UnitConversion)

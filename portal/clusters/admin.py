@@ -1,6 +1,7 @@
 from django import forms
 from django.contrib import admin
 
+from portal.admin_mixins import ShowOnly
 from portal.clusters.models import Allocation, CloudCredential, Cluster, ClusterAccount, ClusterHealth
 from portal.projects.admin import ProjectAdmin
 
@@ -65,16 +66,10 @@ class AllocationAdmin(admin.ModelAdmin):
 
 
 @admin.register(ClusterHealth)
-class ClusterHealthAdmin(admin.ModelAdmin):
+class ClusterHealthAdmin(ShowOnly, admin.ModelAdmin):
     """What the health beat last recorded (read-only: the beat writes it)."""
 
     list_display = ["cluster", "reachable", "pending", "running", "free_nodes", "total_nodes", "checked_at", "answered_at"]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
 
 
 class AllocationInline(admin.TabularInline):

@@ -1,5 +1,6 @@
 from django.contrib import admin
 
+from portal.admin_mixins import ShowOnly
 from portal.jobs.models import Job, JobEvent
 
 
@@ -11,15 +12,9 @@ class JobEventInline(admin.TabularInline):
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(ShowOnly, admin.ModelAdmin):
     # State changes go through portal.jobs.actions (events, ledger): the admin only looks.
     list_display = ["id", "name", "project", "user", "cluster", "state", "scheduler_id", "created_at"]
     list_filter = ["state", "cluster", "project"]
     search_fields = ["name", "scheduler_id", "scheduler_name"]
     inlines = [JobEventInline]
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_add_permission(self, request):
-        return False

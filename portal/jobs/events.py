@@ -84,3 +84,17 @@ def moved_from_sql(source: str, from_state: str, to: str, *, reason: str, actor=
     sql = (f"INSERT INTO {quote(JobEvent._meta.db_table)} ({names}) "  # noqa: S608
            f"SELECT {source}.id, %s, %s, %s, %s, %s FROM {source}")
     return sql, [str(from_state), str(to), timezone.now(), reason[:MAX_REASON], getattr(actor, "pk", None)]
+
+
+def moved_each_from_sql(source: str, from_state: str, *, at) -> tuple[str, list]:
+    """The event of each job a data-modifying CTE named `source` returns (`id`, `to_state`, `reason`: each to its
+    own state for its own reason), moved from `from_state` at `at`, by no one (PostgreSQL): for a writer that moves
+    jobs and writes their events in one statement (a compare-and-swap of many jobs, transitions.transition_each_if)."""
+    quote = connection.ops.quote_name
+    names = ", ".join(quote(JobEvent._meta.get_field(name).column)
+                      for name in ("job", "from_state", "to_state", "at", "reason", "actor"))
+    # `source` is the caller's CTE; identifiers are the model's; every value is a bound parameter.
+    sql = (f"INSERT INTO {quote(JobEvent._meta.db_table)} ({names}) "  # noqa: S608
+           f"SELECT {source}.id, %s::varchar, {source}.to_state, %s::timestamptz, "
+           f"left({source}.reason, {MAX_REASON}), NULL FROM {source}")
+    return sql, [str(from_state), at]

@@ -2,7 +2,8 @@
 
 A page is "the next N jobs below this id" (`?after=`), newest first: one query of N+1 rows on the primary key's
 order, whatever the page or the filters, never an OFFSET or a COUNT over everything the user can see. Which jobs
-the user may cancel on the page is known from their roles (two small queries), not asked job by job.
+the user may cancel on the page is known from their roles (actions.cancel.cancellable: two small queries), not
+asked job by job.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from portal.clusters.models import Allocation, Cluster
+from portal.jobs.actions.cancel import cancellable
 from portal.jobs.models import FINAL_STATES, Job, JobState
 from portal.jobs.queries import visible_jobs
 from portal.projects import access
@@ -119,13 +121,9 @@ def job_page(user, filters: JobFilter, *, after: int | None = None, size: int = 
     batch = list(jobs[: size + 1])
     more = len(batch) > size
     batch = batch[:size]
-    manage = set(access.projects_where(user, "manage_jobs").values_list("pk", flat=True))
-    submit = set(access.projects_where(user, "submit").values_list("pk", flat=True))
+    may = cancellable(user, batch)
     now = timezone.now()
-    rows = [Row(job, run_duration(job, now),
-                job.state not in FINAL_STATES and (job.project_id in manage
-                                                   or (job.user_id == user.pk and job.project_id in submit)))
-            for job in batch]
+    rows = [Row(job, run_duration(job, now), job.state not in FINAL_STATES and job.pk in may) for job in batch]
     return Page(rows=rows, next_after=batch[-1].pk if more and batch else None, size=size, filters=filters)
 
 

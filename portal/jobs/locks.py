@@ -92,6 +92,12 @@ def group_jobs(group_id: int, *, submitting_only: bool = False) -> list[Job]:
     return list(jobs.order_by("pk"))
 
 
+def job_if_present(job_id: int) -> Job | None:
+    """One job's row alone, or None if it is gone: what a compare-and-swap reads before it moves the job
+    (transitions.transition_if on SQLite)."""
+    return Job.objects.select_for_update().filter(pk=job_id).first()
+
+
 def job_row(job_id: int) -> None:
     """A job's row only, to serialise work on the job that writes no job field (collecting its outputs)."""
     Job.objects.select_for_update().filter(pk=job_id).first()

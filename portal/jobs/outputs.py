@@ -21,7 +21,7 @@ from backends.base import OUTPUTS_DIR
 from portal.catalog.actions import HEALTH_FILE, parse_health, record_measurement
 from portal.clusters.connect import account_for, backend_for
 from portal.enqueue import FETCH_OUTPUT, enqueue
-from portal.jobs import locks
+from portal.jobs import locks, transitions
 from portal.jobs.metrics import METRICS_FILE, parse_metrics
 from portal.jobs.models import FINAL_STATES, Job, JobArtifact, JobOutput, JobState
 from portal.storage import objectstore
@@ -109,8 +109,7 @@ def _collect(job: Job) -> list[JobArtifact]:
         stored_name = ""
         if remote.path == METRICS_FILE:  # the documented way a job reports numbers (portal/jobs/metrics.py)
             data = backend.read_file(job.remote_dir, f"{OUTPUTS_DIR}/{remote.path}", limit=remote.size + 1)
-            job.metrics = parse_metrics(data)
-            Job.objects.filter(pk=job.pk).update(metrics=job.metrics)
+            transitions.record_metrics(job, parse_metrics(data))
         if objectstore.configured():
             # All of it, streamed: the object store holds outputs of any size, downloaded by presigned GETs.
             stored_name = stream_job_output(job.uuid, remote.path,

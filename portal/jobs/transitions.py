@@ -21,8 +21,8 @@ from portal import enqueue
 from portal.audit.actions import record, record_each_sql
 from portal.budgets import actions as budgets
 from portal.catalog import job_templates
-from portal.jobs import events
-from portal.jobs.models import ALLOWED_TRANSITIONS, FINAL_STATES, IllegalTransition, Job, JobEvent, JobState
+from portal.jobs import events, locks
+from portal.jobs.models import ALLOWED_TRANSITIONS, FINAL_STATES, IllegalTransition, Job, JobState
 from portal.notifications import actions as notifications
 from portal.notifications.models import Kind
 
@@ -228,7 +228,7 @@ def transition_if(job: Job, from_state: str, to: str, *, reason: str, actor=None
         raise IllegalTransition(f"job {job.pk}: {from_state} → {to} is not an allowed transition")
     now = timezone.now()
     if connection.vendor != "postgresql":  # `make run`'s SQLite: lock, look, move
-        locked = Job.objects.select_for_update().filter(pk=job.pk).first()
+        locked = locks.job_if_present(job.pk)
         if locked is None or locked.state != from_state:
             return False
         job.state, job.cancel_requested_at = locked.state, locked.cancel_requested_at
@@ -281,18 +281,15 @@ def transition_each_if(moves: Sequence[Move], from_state: str) -> list[Move]:
     columns = ", ".join(quote(field.column) for field in fields)
     arrays = ", ".join(f"%s::{db_type}[]" for db_type in types)
     assignments = ", ".join(f"{quote(field.column)} = v.{quote(field.column)}" for field in fields[1:])
-    event = {name: quote(JobEvent._meta.get_field(name).column) for name in ("job", "from_state", "to_state", "at",
-                                                                              "reason", "actor")}
+    events_sql, events_params = events.moved_each_from_sql("moved", from_state, at=now)
     sql = (  # Identifiers come from the models' own meta; every value is a bound parameter.
         f"WITH v AS (SELECT * FROM unnest({arrays}) AS v({columns})), "  # noqa: S608
         f"moved AS (UPDATE {table} SET {assignments} FROM v WHERE {table}.{pk} = v.{pk} AND {table}.{column['state']} = %s "
         f"RETURNING {table}.{pk} AS id, {table}.{column['cancel_requested_at']} AS cancelled, v.{column['state']} AS to_state, "
         f"v.{column['state_reason']} AS reason), "
-        f"events AS (INSERT INTO {quote(JobEvent._meta.db_table)} ({', '.join(event.values())}) "
-        f"SELECT id, %s::varchar, to_state, %s::timestamptz, left(reason, {events.MAX_REASON}), NULL FROM moved) "
-        f"SELECT id, cancelled FROM moved")
+        f"events AS ({events_sql}) SELECT id, cancelled FROM moved")
     with connection.cursor() as cursor:
-        cursor.execute(sql, [list(values) for values in zip(*rows, strict=True)] + [str(from_state), str(from_state), now])
+        cursor.execute(sql, [list(values) for values in zip(*rows, strict=True)] + [str(from_state)] + events_params)
         moved = dict(cursor.fetchall())
     made = []
     for move in moves:
@@ -322,6 +319,13 @@ def update(jobs: Sequence[Job], **fields: Any) -> None:
             setattr(job, name, value)
         job.updated_at = now
     Job.objects.filter(pk__in=[job.pk for job in jobs]).update(updated_at=now, **fields)
+
+
+def record_metrics(job: Job, metrics: dict) -> None:
+    """The numbers a job reported (portal/jobs/metrics.py), set on it and saved: no state, no event, no
+    `updated_at` (a job's bookkeeping, as `mark_seen`)."""
+    job.metrics = metrics
+    Job.objects.filter(pk=job.pk).update(metrics=metrics)
 
 
 def mark_seen(job_ids: Sequence[int], at: datetime) -> None:

@@ -1,4 +1,9 @@
-"""Job pages. Thin: parse the request, call portal.jobs.actions, render. No scheduler is contacted here."""
+"""Job pages. Thin: parse the request, call portal.jobs.actions, render. No scheduler is contacted here.
+
+Why one module: one short view per job page (list, new, preview, detail, log, cancel, sweep, outputs), each
+parsing, calling portal.jobs.actions and rendering; they share the private lookups (`_job_or_404`, `_form`), and
+the job's URLs map onto this one file.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 from django.contrib import admin
 
+from portal.admin_mixins import ShowOnly
 from portal.storage.models import Dataset, StoredFile, UploadSession
 
 
@@ -12,18 +13,12 @@ class StoredFileAdmin(admin.ModelAdmin):
 
 
 @admin.register(UploadSession)
-class UploadSessionAdmin(admin.ModelAdmin):
+class UploadSessionAdmin(ShowOnly, admin.ModelAdmin):
     """Uploads in flight and how they ended; they change only through the uploader (or the abandoned sweep)."""
 
     list_display = ("path", "project", "size", "state", "created_by", "created_at", "last_activity_at")
     list_filter = ("state", "project")
     search_fields = ("path", "sha256", "upload_id")
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(Dataset)

@@ -1,6 +1,6 @@
 """The layering holds: no import circle between modules or apps, backends stay plain Python, actions never
-import tasks, and every task an action enqueues by name exists. Read from the source with `ast` (imports inside
-functions count too), so it is fast and needs no database."""
+import tasks, every task an action enqueues by name exists, and every module over 400 lines says why it is one.
+Read from the source with `ast` (imports inside functions count too), so it is fast and needs no database."""
 
 from __future__ import annotations
 
@@ -164,3 +164,20 @@ def test_the_portal_reaches_clusters_only_through_the_backend_interface():
                 assert node.module != "backends.transport", name
             if isinstance(node, ast.Attribute):
                 assert node.attr not in {"transport", "run_shell"}, f"{name}:{node.lineno}"
+
+
+LONG_MODULE = 400  # lines
+REASON = "Why one module:"
+
+
+def test_every_module_over_400_lines_says_at_its_top_why_it_is_one_module():
+    """A long module is either split or says why not: a line of its docstring begins "Why one module:"."""
+    unexplained = []
+    for path in MODULES.values():
+        text = path.read_text()
+        if len(text.splitlines()) <= LONG_MODULE:
+            continue
+        docstring = ast.get_docstring(ast.parse(text, str(path))) or ""
+        if not any(line.startswith(REASON) for line in docstring.splitlines()):
+            unexplained.append(f"{path.relative_to(ROOT)} ({len(text.splitlines())} lines)")
+    assert unexplained == [], "split these or say why not at the top:\n" + "\n".join(unexplained)

@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from backends.base import BackendError
 from portal.clusters import cloud
-from portal.clusters.models import Cluster
+from portal.clusters.management.lookup import cluster_named
 
 
 class Command(BaseCommand):
@@ -18,9 +18,7 @@ class Command(BaseCommand):
         parser.add_argument("--teardown", action="store_true", help="remove everything the cluster set up")
 
     def handle(self, *args, **options):
-        cluster = Cluster.objects.filter(slug=options["cluster"]).first()
-        if cluster is None:
-            raise CommandError(f"no cluster {options['cluster']!r}")
+        cluster = cluster_named(options["cluster"])
         try:
             lines = cloud.tear_down(cluster) if options["teardown"] else cloud.set_up(cluster)
         except (cloud.NotACloudCluster, BackendError) as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from portal.clusters import actions
-from portal.clusters.models import Cluster
+from portal.clusters.management.lookup import cluster_named
 
 
 class Command(BaseCommand):
@@ -23,9 +23,7 @@ class Command(BaseCommand):
         parser.add_argument("--verify", action="store_true", help="log in with the key now and say whether it works")
 
     def handle(self, *args, **options):
-        cluster = Cluster.objects.filter(slug=options["cluster"]).first()
-        if cluster is None:
-            raise CommandError(f"no cluster {options['cluster']!r}")
+        cluster = cluster_named(options["cluster"])
         try:
             account, new = actions.set_up_service_account(
                 cluster, options["username"], project_slug=options["project"], group=options["group"],
