@@ -132,14 +132,10 @@ def test_a_dataset_uploaded_to_the_site_bucket_is_read_by_a_cloud_job_and_its_ou
     AWS Batch, the dispatch, the container's entrypoint pulling it from the site bucket (not the cluster's) and
     checking it, the payload reading it, and its outputs on the job's page and in the API."""
     from portal.api.tokens import issue_token
-    from portal.storage import datasets
-    from tests.jobs.test_datasets import MiB, upload
+    from tests.jobs.test_datasets import MiB, train_and_corpora
 
     blob = os.urandom(5 * MiB + 7)  # two parts in the store
-    stored = upload(aws_site.alice, aws_site.project, "corpora/train.bin", blob)
-    upload(aws_site.alice, aws_site.project, "corpora/labels/a.txt", b"cat\n")
-    datasets.create_dataset(aws_site.alice, aws_site.project, name="train", path="corpora/train.bin")
-    datasets.create_dataset(aws_site.alice, aws_site.project, name="corpora", prefix="corpora")
+    stored = train_and_corpora(aws_site.alice, aws_site.project, blob)
     script = ('sha256sum "$KAKEHASHI_DATA/train" "$KAKEHASHI_DATA/corpora/labels/a.txt"\n'
               'sha256sum < "$KAKEHASHI_DATA/train" | cut -d" " -f1 > "$KAKEHASHI_OUTPUT_DIR/train.sha256"\n')
     job = submitted(aws_site, name="reads-data", script=script, datasets=["train", "corpora"])

@@ -41,6 +41,16 @@ def upload(user, project, path: str, data: bytes):
     return uploads.complete_upload(user, session, etags=etags)
 
 
+def train_and_corpora(user, project, blob: bytes):
+    """The datasets the data tests attach: `train` (one file, `blob`) and `corpora` (a folder holding it and
+    labels/a.txt); returns train's stored file."""
+    stored = upload(user, project, "corpora/train.bin", blob)
+    upload(user, project, "corpora/labels/a.txt", b"cat\n")
+    datasets.create_dataset(user, project, name="train", path="corpora/train.bin")
+    datasets.create_dataset(user, project, name="corpora", prefix="corpora")
+    return stored
+
+
 @pytest.fixture
 def data_site(hpc_site):
     """hpc_site with a data cache of this test's own on each cluster (so "already staged" is about this test)."""
@@ -69,10 +79,7 @@ def test_an_uploaded_dataset_is_read_by_the_job_with_its_checksum_and_a_second_j
         data_site, live_worker, hardware):
     site = data_site
     blob = os.urandom(12 * MiB + 5)  # several parts in the store, several chunks over SFTP
-    stored = upload(site.alice, site.project, "corpora/train.bin", blob)
-    upload(site.alice, site.project, "corpora/labels/a.txt", b"cat\n")
-    datasets.create_dataset(site.alice, site.project, name="train", path="corpora/train.bin")
-    datasets.create_dataset(site.alice, site.project, name="corpora", prefix="corpora")
+    stored = train_and_corpora(site.alice, site.project, blob)
     script = ('sha256sum "$KAKEHASHI_DATA/train" "$KAKEHASHI_DATA/corpora/labels/a.txt"\n'
               'test -L "$KAKEHASHI_DATA/train" && echo "train is a link into the cache"\n')
 
