@@ -8,21 +8,34 @@ another project), each role of vision, a site admin, and API tokens with each sc
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import itertools
+import json
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import pytest
+import requests
+from django.contrib import messages
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import transaction
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 
 from portal.api.models import ApiToken
 from portal.api.tokens import issue_token
 from portal.budgets.models import Budget, LedgerEntry
+from portal.clusters.models import Allocation, ClusterAccount
 from portal.jobs import actions
-from portal.jobs.models import Job, JobArtifact, JobGroup
+from portal.jobs.models import Job, JobArtifact, JobGroup, JobState
+from portal.notifications.models import Notification
 from portal.projects.models import Membership, Role
 from portal.storage import uploads
-from portal.storage.models import Dataset, DatasetKind, StoredFile, UploadSession
+from portal.storage.models import Dataset, DatasetKind, StoredFile, UploadPart, UploadSession, UploadState
 
 pytestmark = pytest.mark.django_db
 
@@ -128,10 +141,10 @@ def world(local_site, make_user):
     return site
 
 
-def url_of(route: str, world, args: tuple[str, ...]) -> str:
+def url_of(route: str, world, args: tuple[str, ...], **overrides) -> str:
     values = {"slug": "vision", "job": world.job.pk, "stream": "stdout", "group": world.group.pk,
               "artifact_id": world.artifact.pk, "file": world.file.pk, "token": world.token.pk,
-              "upload_id": world.upload.pk, "dataset": world.dataset.name}
+              "upload_id": world.upload.pk, "dataset": world.dataset.name, **overrides}
     names = iter(args)
 
     def fill(match: re.Match) -> str:
@@ -150,6 +163,10 @@ def fingerprint() -> tuple:
         sorted((str(pk), state) for pk, state in UploadSession.objects.values_list("pk", "state")),
         sorted(ApiToken.objects.values_list("pk", "revoked_at")), JobGroup.objects.count(),
         sorted(Dataset.objects.values_list("pk", "name", "state")),
+        sorted((a.pk, a.in_use, sorted(a.unused_hardware.values_list("pk", flat=True))) for a in Allocation.objects.all()),
+        sorted(UploadPart.objects.values_list("session_id", "number", "sha256")),
+        sorted(Notification.objects.values_list("pk", "read_at")),
+        sorted(ClusterAccount.objects.values_list("pk", "user_id", "username", "public_key", "last_error")),
     )
 
 
@@ -359,6 +376,274 @@ def test_only_site_admins_reach_the_site_pages_and_the_django_admin(client, worl
                 assert "login" in response["Location"]
     client.force_login(world.staff)
     assert client.get("/site/").status_code == 200
+
+
+# ------------------------------------------------------------------------- every write, every role and scope
+#
+# What each PROJECT route (and each OWN route that acts on a project named in its body) lets whom change, in one
+# table. Every PROJECT and OWN route has an entry: READ_ONLY (POST and DELETE change nothing, for anyone, however
+# powerful), PERSONAL (it changes only the caller's own things: walked cross-user further down), or its writes:
+# which roles of vision may (the others are refused with the status given, and nothing changes), and for API
+# routes the token scope it needs (a token of any role with a narrower scope gets 403 insufficient_scope). A
+# route added tomorrow without an entry fails test_every_project_and_own_route_has_a_write_rule.
+
+ROLES = ("viewer", "member", "admin", "owner", "staff")  # owner = alice; staff = a site admin, member of nothing
+SUBMITTERS = frozenset({"member", "admin", "owner", "staff"})
+MANAGERS = frozenset({"admin", "owner", "staff"})  # manage the project and cancel anyone's jobs
+HOLDER = frozenset({"owner"})  # the object is alice's own (her upload, her token): everyone else gets 404
+READ_ONLY, PERSONAL = "read-only", "personal"
+BACK_WITH_ERROR = 302  # a page that sends the caller back with an error message (checked) and changes nothing
+_fresh = itertools.count()
+
+
+@dataclass(frozen=True)
+class Write:
+    """One way a route changes something. `prepare` makes fresh objects (inside the case's savepoint) and returns
+    the URL values naming them; `data` is the body; `done` says whether the change happened."""
+    method: str
+    may: frozenset[str]
+    refused: int  # what the others get: 403, 404, BACK_WITH_ERROR, or 200/400 (the form again, with the error)
+    done: Callable[[Any, dict, Any], bool]  # (world, prepared, actor's user) -> did it happen
+    data: Callable[[Any, dict], dict] = lambda world, prepared: {}
+    prepare: Callable[[Any], dict] = lambda world: {}
+    scope: str = "submit"  # API routes: the token scope it needs
+    form: bool = False  # an API route taking multipart/form-data (else JSON); pages always get a form
+    disk: bool = False  # the portal stores the bytes itself: only without an object store (`make run`)
+
+
+def _job_state(pk) -> str:
+    return Job.objects.get(pk=pk).state
+
+
+def _failed_point(world) -> dict:
+    point = world.group.jobs.order_by("pk").first()
+    Job.objects.filter(pk=point.pk).update(state=JobState.FAILED)
+    return {}
+
+
+def _upload(world, *, sent: bool = False) -> dict:
+    """A fresh 10-byte upload of alice's; `sent`: its one part signed and PUT to the store, ready to complete."""
+    data = b"0123456789"
+    session, _ = uploads.create_upload(world.alice, world.project, path=f"walk-{next(_fresh)}.bin", size=len(data),
+                                       sha256=hashlib.sha256(data).hexdigest())
+    if sent:
+        part, = uploads.sign_parts(world.alice, session, [{"number": 1, "sha256": _b64sha(data)}])
+        assert requests.put(part["url"], data=data, headers=part["headers"], timeout=30).status_code == 200
+    return {"upload_id": session.pk, "upload": session}
+
+
+def _path(world) -> dict:
+    """A path never used before: the store keeps what a rolled-back case wrote."""
+    return {"path": f"walk/{next(_fresh)}.txt"}
+
+
+def _b64sha(data: bytes) -> str:
+    return base64.b64encode(hashlib.sha256(data).digest()).decode()
+
+
+def _submit_body(world, name: str) -> dict:
+    return {"project": "vision", "name": name, "hardware": "local-cpu", "walltime": "00:10:00", "script": "true"}
+
+
+def _file(name: str) -> SimpleUploadedFile:
+    return SimpleUploadedFile(name, b"walked", content_type="text/plain")
+
+
+CANCELS = "others' jobs: only project admins and owners (and site admins); a member cancels only their own"
+WRITES: dict[str, Any] = {
+    # Pages of a project.
+    "project-detail": READ_ONLY, "project-budget-bar": READ_ONLY, "project-usage": READ_ONLY,
+    "project-members": [  # managing members: admins and owners
+        Write("POST", MANAGERS, BACK_WITH_ERROR, data=lambda w, p: {"action": "add", "who": "nina", "role": "member"},
+              done=lambda w, p, u: Membership.objects.filter(project=w.project, user__username="nina").exists()),
+        Write("POST", MANAGERS, BACK_WITH_ERROR,
+              data=lambda w, p: {"action": "role", "membership": w.viewer_membership.pk, "role": "member"},
+              done=lambda w, p, u: Membership.objects.get(pk=w.viewer_membership.pk).role == Role.MEMBER),
+        Write("POST", MANAGERS, BACK_WITH_ERROR,
+              data=lambda w, p: {"action": "remove", "membership": w.viewer_membership.pk},
+              done=lambda w, p, u: not Membership.objects.filter(pk=w.viewer_membership.pk).exists()),
+    ],
+    "project-clusters": [  # what the project uses of its grant: admins and owners
+        Write("POST", MANAGERS, BACK_WITH_ERROR, data=lambda w, p: {"allocation": w.allocation.pk},
+              done=lambda w, p, u: not Allocation.objects.get(pk=w.allocation.pk).in_use),
+    ],
+    "project-budget": [  # the budget: admins and owners; the page itself is 403 to the others
+        Write("POST", MANAGERS, 403, data=lambda w, p: {"amount": "777", "unit": "points", "period": "monthly"},
+              done=lambda w, p, u: Budget.objects.get(project=w.project).amount == 777),
+    ],
+    # Jobs and sweeps (alice's: for a member, someone else's).
+    "job-detail": READ_ONLY, "job-status": READ_ONLY, "job-log": READ_ONLY, "job-group": READ_ONLY,
+    "job-artifact": READ_ONLY, "job-executed-notebook": READ_ONLY,
+    "job-cancel": [Write("POST", MANAGERS, BACK_WITH_ERROR,
+                         done=lambda w, p, u: _job_state(w.job.pk) == JobState.CANCELLED)],
+    "job-group-cancel": [Write("POST", MANAGERS, BACK_WITH_ERROR,
+                               done=lambda w, p, u: not w.group.jobs.exclude(state=JobState.CANCELLED).exists())],
+    # Re-running a sweep's failed points is a submit: anyone who may submit, and the new jobs are theirs.
+    "job-group-rerun": [Write("POST", SUBMITTERS, BACK_WITH_ERROR, prepare=_failed_point,
+                              done=lambda w, p, u: w.group.jobs.filter(user=u).exists())],
+    # Files and datasets.
+    "data-download": READ_ONLY, "api-file-download": READ_ONLY, "api-dataset": READ_ONLY,
+    "api-files": [Write("POST", SUBMITTERS, 403, form=True, disk=True, prepare=_path,
+                        data=lambda w, p: {"file": _file("walk.txt"), "path": p["path"]},
+                        done=lambda w, p, u: StoredFile.objects.filter(path=p["path"]).exists())],
+    "api-datasets": [Write("POST", SUBMITTERS, 403, data=lambda w, p: {"name": "walked", "path": "vision-secret.txt"},
+                           done=lambda w, p, u: Dataset.objects.filter(name="walked").exists())],
+    # Direct uploads: starting one is a submit; an upload session is its creator's alone (404 to everyone else,
+    # site admins included).
+    "api-uploads": [Write("POST", SUBMITTERS, 403, prepare=_path, data=lambda w, p: {"path": p["path"], "size": 10},
+                          done=lambda w, p, u: UploadSession.objects.filter(path=p["path"]).exists())],
+    "api-upload": [Write("DELETE", HOLDER, 404, prepare=_upload,
+                         done=lambda w, p, u: UploadSession.objects.get(pk=p["upload_id"]).state == UploadState.ABORTED)],
+    "api-upload-parts": [Write("POST", HOLDER, 404, prepare=_upload,
+                               data=lambda w, p: {"parts": [{"number": 1, "sha256": _b64sha(b"0123456789")}]},
+                               done=lambda w, p, u: UploadPart.objects.filter(session_id=p["upload_id"]).exists())],
+    "api-upload-complete": [Write("POST", HOLDER, 404, prepare=lambda w: _upload(w, sent=True),
+                                  done=lambda w, p, u: UploadSession.objects.get(pk=p["upload_id"]).state
+                                  == UploadState.COMPLETED)],
+    # The API's reads of a project, a job and a sweep; its cancels.
+    "api-project-detail": READ_ONLY, "api-budget": READ_ONLY, "api-job-detail": READ_ONLY,
+    "api-job-logs": READ_ONLY, "api-job-output": READ_ONLY, "api-sweep-detail": READ_ONLY,
+    "api-job-cancel": [Write("POST", MANAGERS, 403, done=lambda w, p, u: _job_state(w.job.pk) == JobState.CANCELLED)],
+    "api-sweep-cancel": [Write("POST", MANAGERS, 403,
+                               done=lambda w, p, u: not w.group.jobs.exclude(state=JobState.CANCELLED).exists())],
+    # A token is its holder's alone: revoking someone else's is 404, site admins included (they use the admin).
+    "api-token-revoke": [Write("POST", HOLDER, 404,
+                               done=lambda w, p, u: ApiToken.objects.get(pk=w.token.pk).revoked_at is not None)],
+    # OWN routes whose body names a project: submitting and uploading are for those who may submit; the
+    # job list's bulk cancel follows CANCELS for each ticked job.
+    "job-new": [Write("POST", SUBMITTERS, 200,
+                      data=lambda w, p: {**_submit_body(w, "walk-page"), "project": w.project.pk, "hardware": w.hardware.pk,
+                                         "nodes": 1, "launcher": "script"},
+                      done=lambda w, p, u: Job.objects.filter(name="walk-page", user=u).exists())],
+    "data": [Write("POST", SUBMITTERS, 400, disk=True, prepare=_path,
+                   data=lambda w, p: {"project": "vision", "file": _file("walk.txt"), "path": p["path"]},
+                   done=lambda w, p, u: StoredFile.objects.filter(path=p["path"]).exists())],
+    "job-bulk-cancel": [Write("POST", MANAGERS, BACK_WITH_ERROR, data=lambda w, p: {"job": [w.job.pk]},
+                              done=lambda w, p, u: _job_state(w.job.pk) == JobState.CANCELLED)],
+    "api-jobs": [Write("POST", SUBMITTERS, 403, data=lambda w, p: _submit_body(w, "walk-api"),
+                       done=lambda w, p, u: Job.objects.filter(name="walk-api", user=u).exists())],
+    "api-sweeps": [Write("POST", SUBMITTERS, 403, data=lambda w, p: {**_submit_body(w, "walk-sweep"), "sweep": {"X": [1, 2]}},
+                         done=lambda w, p, u: JobGroup.objects.filter(name="walk-sweep").exists())],
+    # OWN routes that only read, or only preview (nothing recorded).
+    **dict.fromkeys(["dashboard", "project-list", "job-list", "job-preview", "job-presets", "job-notebook", "site-usage",
+                     "cluster-accounts", "cluster-health", "notifications", "api-me", "api-projects", "api-clusters",
+                     "api-hardware", "api-software", "api-presets", "api-places"], READ_ONLY),
+    # OWN routes that change the caller's own things only.
+    **dict.fromkeys(["cluster-account-link", "cluster-account-verify", "cluster-account-status", "api-tokens",
+                     "notifications-read", "notification-preferences"], PERSONAL),
+}
+
+
+def test_every_project_and_own_route_has_a_write_rule():
+    named = {name for route, name in routes() if kind_of(route, name) in ("project", "own")}
+    assert not named - set(WRITES), f"say who may change what through these routes (WRITES): {sorted(named - set(WRITES))}"
+    assert not set(WRITES) - named, f"WRITES names routes that no longer exist: {sorted(set(WRITES) - named)}"
+
+
+def _route_of(name: str) -> str:
+    return next(route for route, n in routes() if n == name)
+
+
+def _url(name: str, world, **values) -> str:
+    return url_of(_route_of(name), world, PROJECT.get(name, ()), **values)
+
+
+@pytest.fixture
+def walkers(world, make_user, settings):
+    """Each role of vision as a user, and tokens of each role with each scope alone."""
+    settings.KAKEHASHI_API_RATE = "100000/min"  # the walk is hundreds of calls a minute from each caller
+    make_user("nina")  # someone to add
+    world.viewer_membership = Membership.objects.get(project=world.project, user=world.viewer)
+    world.allocation = Allocation.objects.get(project=world.project, cluster=world.cluster)
+    Budget.objects.filter(project=world.project).update(amount=100000)  # the walk's submits must not run out
+    users = {"viewer": world.viewer, "member": world.member, "admin": world.admin, "owner": world.alice,
+             "staff": world.staff}
+    tokens = {(role, scope): issue_token(user, name=f"walk-{scope}", scopes=[scope])[1]
+              for role, user in users.items() for scope in ("read", "submit", "admin")}
+    return users, tokens
+
+
+def _send(client, method: str, url: str, data: dict, *, json_body: bool, headers: dict | None = None):
+    headers = headers or {}
+    if method == "DELETE":
+        return client.delete(url, headers=headers)
+    if json_body:
+        return client.post(url, json.dumps(data), content_type="application/json", headers=headers)
+    return client.post(url, data, headers=headers)
+
+
+def _error_messages(response) -> list[str]:
+    return [str(m) for m in messages.get_messages(response.wsgi_request) if m.level == messages.ERROR]
+
+
+@pytest.mark.parametrize("name", sorted(n for n, rule in WRITES.items() if isinstance(rule, list)))
+def test_each_role_and_token_scope_changes_exactly_what_the_table_allows(client, world, walkers, name, request):
+    users, tokens = walkers
+    if any(write.disk for write in WRITES[name]):
+        request.getfixturevalue("filesystem_storage")
+    api = _route_of(name).startswith("api/")
+    callers = [(role, None) for role in ROLES] + ([(role, scope) for role in ROLES for scope in ("read", "submit", "admin")]
+                                                  if api else [])
+    failures = []
+    for write in WRITES[name]:
+        for role, scope in callers:
+            user = users[role]
+            if scope is None:
+                client.force_login(user)
+                headers = {}
+            else:
+                client.logout()
+                headers = {"Authorization": f"Bearer {tokens[role, scope]}"}
+            scope_ok = scope is None or scope in (write.scope, "admin")
+            allowed = role in write.may and scope_ok
+            label = f"{write.method} {name} as {role}" + (f" with a token of scope {scope}" if scope else " (browser)")
+            with transaction.atomic():  # each case starts from the same world: its savepoint is rolled back
+                prepared = write.prepare(world)
+                url = _url(name, world, **{k: v for k, v in prepared.items() if k in ("upload_id",)})
+                before = fingerprint()
+                response = _send(client, write.method, url, write.data(world, prepared),
+                                 json_body=api and not write.form, headers=headers)
+                happened = write.done(world, prepared, user)
+                unchanged = fingerprint() == before
+                transaction.set_rollback(True)
+            code = response.status_code
+            if allowed:
+                if not (200 <= code < 400 and happened):
+                    failures.append(f"{label}: may, but got {code} and {'it happened' if happened else 'nothing happened'}"
+                                    f" {response.content[:300]!r}")
+                continue
+            expected = 403 if not scope_ok else write.refused
+            if code != expected or happened or not unchanged:
+                failures.append(f"{label}: expected a refusal {expected} changing nothing, got {code}"
+                                f"{' and it happened' if happened else ''}{'' if unchanged else ' and something changed'}")
+            elif not scope_ok and response.json().get("code") != "insufficient_scope":
+                failures.append(f"{label}: 403 but not for the scope: {response.content[:200]!r}")
+            elif code == BACK_WITH_ERROR and not _error_messages(response):
+                failures.append(f"{label}: sent back without an error message")
+    assert not failures, "\n".join(failures)
+
+
+def test_routes_that_only_read_change_nothing_whoever_posts_or_deletes(client, world, walkers):
+    """READ_ONLY routes, POSTed and DELETEd by every role (and alice's admin-scope token on the API): nothing
+    changes, and no answer is a 5xx."""
+    users, tokens = walkers
+    before = fingerprint()
+    for route, name in routes():
+        if WRITES.get(name) != READ_ONLY:
+            continue
+        url = _url(name, world)
+        callers = [(role, {}) for role in ROLES]
+        if route.startswith("api/"):
+            callers.append(("owner", {"Authorization": f"Bearer {tokens['owner', 'admin']}"}))
+        for role, headers in callers:
+            if headers:
+                client.logout()
+            else:
+                client.force_login(users[role])
+            for method in ("POST", "DELETE"):
+                response = _call(client, method, url, headers)
+                assert response.status_code < 500, (role, method, url, response.status_code)
+    assert fingerprint() == before
 
 
 # ------------------------------------------------------------------------------------ disabled accounts
