@@ -646,6 +646,116 @@ def test_routes_that_only_read_change_nothing_whoever_posts_or_deletes(client, w
     assert fingerprint() == before
 
 
+# ------------------------------------------------------------- own routes given another project's or user's ids
+
+
+NOTEBOOK = {"cells": [{"id": "params", "cell_type": "code", "metadata": {"tags": ["parameters"]}, "source": "secret_param = 1\n",
+                       "outputs": [], "execution_count": None}],
+            "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+            "nbformat": 4, "nbformat_minor": 5}
+
+
+def test_own_routes_given_another_projects_ids_act_on_nothing_of_it_and_name_nothing_of_it(client, world):
+    """Mallory fills the bodies of her own routes with vision's ids: its jobs in the bulk cancel, alice's
+    notifications, vision as the project of a submit, an upload, a preview, a notebook of vision as hers, a dataset
+    of vision in her own job. Nothing of vision changes, no answer names it, and her own project is untouched."""
+    from django.core.files.base import ContentFile
+    from django.core.files.storage import default_storage
+
+    from portal.notifications.models import Kind as NotificationKind
+
+    notebook = StoredFile.objects.create(
+        project=world.project, path="analysis.ipynb", size=1, sha256="0" * 64, uploaded_by=world.alice,
+        storage_name=default_storage.save("projects/vision/analysis.ipynb", ContentFile(json.dumps(NOTEBOOK).encode())))
+    note = Notification.objects.create(user=world.alice, job=world.job, kind=NotificationKind.values[0],
+                                       text="secret-job ended")
+    _, secret = issue_token(world.mallory, name="mallory", scopes=["admin"])
+    token = {"Authorization": f"Bearer {secret}"}
+    client.force_login(world.mallory)
+    before = fingerprint()
+    job_form = {"project": world.project.pk, "name": "stolen", "hardware": world.hardware.pk, "nodes": 1,
+                "walltime": "00:10:00", "launcher": "script", "script": "true"}
+    pages = [
+        ("/jobs/cancel/", {"job": [world.job.pk, world.members_job.pk] + list(world.group.jobs.values_list("pk", flat=True))}),
+        ("/notifications/read/", {"id": [note.pk]}),
+        ("/jobs/new/", job_form),
+        ("/jobs/new/", {**job_form, "project": world.other.pk, "datasets": [world.dataset.pk]}),
+        ("/jobs/preview/", job_form),
+        ("/jobs/notebook/", {**job_form, "project": world.other.pk, "stored_notebook": notebook.pk}),
+        ("/data/", {"project": "vision", "file": _file("stolen.txt"), "path": "stolen.txt"}),
+    ]
+    for url, data in pages:
+        response = client.post(url, data, follow=True)
+        body = response.content.decode(errors="replace")
+        assert response.status_code in (200, 400), (url, response.status_code)
+        leaked = [m for m in (*MARKERS, "secret_param", "secret echo", "echo secret") if m in body]
+        assert not leaked, f"mallory POST {url} shows {leaked}"
+    api = [
+        ("/api/v1/jobs/", {"project": "vision", "name": "stolen", "hardware": "local-cpu", "script": "true"}),
+        ("/api/v1/sweeps/", {"project": "vision", "name": "stolen", "hardware": "local-cpu", "script": "true",
+                             "sweep": {"X": [1]}}),
+        ("/api/v1/jobs/", {"project": "nlp", "name": "stolen", "hardware": "local-cpu", "script": "true",
+                           "datasets": ["secret-data"]}),
+    ]
+    for url, data in api:
+        response = client.post(url, json.dumps(data), content_type="application/json", headers=token)
+        assert response.status_code in (400, 404), (url, response.status_code, response.content)
+        assert not any(m in response.content.decode() for m in MARKERS if m != "secret-data"), url
+    assert fingerprint() == before
+    assert Notification.objects.get(pk=note.pk).read_at is None
+    # The same notebook is alice's to use: the check above could have seen it.
+    client.force_login(world.alice)
+    response = client.post("/jobs/notebook/", {**job_form, "stored_notebook": notebook.pk})
+    assert "secret_param" in response.content.decode()
+
+
+def test_cloning_another_projects_job_prefills_nothing_of_it(client, world):
+    client.force_login(world.mallory)
+    for clone in (world.job.pk, world.members_job.pk):
+        body = client.get(f"/jobs/new/?clone={clone}&project=vision").content.decode()
+        assert not any(m in body for m in ("secret-job", "echo secret", "Vision lab")), clone
+    client.force_login(world.viewer)  # who may see the job gets it prefilled: the check above could have seen it
+    assert "echo secret" in client.get(f"/jobs/new/?clone={world.job.pk}").content.decode()
+
+
+def test_nobody_reaches_another_persons_cluster_account(client, world):
+    """alice's accounts on a cluster both projects use and on one only vision uses: mallory's verify and status
+    are 404 for both (only her own account is ever looked up), linking the shared cluster makes an account of her
+    own and leaves alice's as it was, and the cluster only vision uses is 404 to link."""
+    from portal.clusters.actions import generate_key_pair
+    from portal.clusters.models import Cluster
+
+    accounts = {}
+    for slug, projects in (("shared-hpc", (world.project, world.other)), ("vision-hpc", (world.project,))):
+        cluster = Cluster.objects.create(slug=slug, name=slug, kind="slurm", login_host="127.0.0.1")
+        for project in projects:
+            Allocation.objects.create(project=project, cluster=cluster)
+        private, public = generate_key_pair(f"alice@{slug}")
+        account = ClusterAccount(cluster=cluster, user=world.alice, username="alice", public_key=public,
+                                 last_error="secret-error")
+        account.set_private_key(private)
+        account.save()
+        accounts[slug] = account
+    client.force_login(world.mallory)
+    before = fingerprint()
+    for slug in accounts:
+        assert client.post(f"/settings/clusters/{slug}/verify/").status_code == 404, slug
+        response = client.get(f"/settings/clusters/{slug}/status/")
+        assert response.status_code == 404 and "secret-error" not in response.content.decode(), slug
+    assert client.post("/settings/clusters/vision-hpc/link/", {"vision-hpc-username": "alice"}).status_code == 404
+    assert fingerprint() == before
+    listing = client.get("/settings/clusters/").content.decode()
+    assert "vision-hpc" not in listing and accounts["shared-hpc"].public_key not in listing
+    response = client.post("/settings/clusters/shared-hpc/link/", {"shared-hpc-username": "alice"})
+    assert response.status_code == 302
+    mine = ClusterAccount.objects.get(cluster__slug="shared-hpc", user=world.mallory)
+    for account in accounts.values():
+        kept = ClusterAccount.objects.get(pk=account.pk)
+        assert (kept.user_id, kept.username, kept.public_key, kept.last_error) == (
+            world.alice.pk, "alice", account.public_key, "secret-error")
+        assert kept.pk != mine.pk
+
+
 # ------------------------------------------------------------------------------------ disabled accounts
 
 
