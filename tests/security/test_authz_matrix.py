@@ -756,6 +756,105 @@ def test_nobody_reaches_another_persons_cluster_account(client, world):
         assert kept.pk != mine.pk
 
 
+# ------------------------------------------------------------------------------------------- sign-in routes
+
+
+def _alices_sign_in(world) -> dict:
+    """alice's sign-in things: a WebAuthn key, two e-mail addresses, an SSO identity."""
+    from allauth.account.models import EmailAddress
+    from allauth.mfa.models import Authenticator
+    from allauth.socialaccount.models import SocialAccount
+
+    key = Authenticator.objects.create(user=world.alice, type=Authenticator.Type.WEBAUTHN,
+                                       data={"name": "alices-key", "credential": {}})
+    EmailAddress.objects.create(user=world.alice, email="alice@example.org", primary=True, verified=True)
+    spare = EmailAddress.objects.create(user=world.alice, email="alice.spare@example.org", verified=True)
+    sso = SocialAccount.objects.create(user=world.alice, provider="openid_connect", uid="alice-at-the-idp")
+    return {"key": key, "email": spare, "sso": sso}
+
+
+def _sign_in_state(world) -> tuple:
+    from allauth.account.models import EmailAddress
+    from allauth.mfa.models import Authenticator
+    from allauth.socialaccount.models import SocialAccount
+
+    alice = type(world.alice).objects.get(pk=world.alice.pk)
+    return (sorted((a.pk, a.type, json.dumps(a.data, sort_keys=True)) for a in Authenticator.objects.filter(user=alice)),
+            sorted(EmailAddress.objects.filter(user=alice).values_list("pk", "email", "primary", "verified")),
+            sorted(SocialAccount.objects.filter(user=alice).values_list("pk", "uid")),
+            alice.password, alice.is_active, alice.email)
+
+
+def _password_sign_in(client, username: str) -> None:
+    """Through allauth's own forms, signed in and then re-authenticated, so that the routes changing sign-in
+    factors get as far as looking the object up (else they only ask for the password again)."""
+    client.logout()
+    response = client.post("/accounts/login/", {"login": username, "password": "pw-for-tests-123"})
+    assert response.status_code == 302 and "/accounts/" not in response["Location"], response
+    assert client.post("/accounts/reauthenticate/", {"password": "pw-for-tests-123"}).status_code == 302
+
+
+@pytest.fixture
+def no_sign_in_rate_limits(settings):
+    settings.ACCOUNT_RATE_LIMITS = False  # the walk signs in a hundred times a minute from one address
+
+
+def test_mallory_cannot_remove_edit_or_see_alices_security_key(client, world, no_sign_in_rate_limits):
+    """The WebAuthn key routes name a key by its id: another person's id is 404, whether removing or renaming,
+    and alice's key stays as it was; alice herself removes it (so the refusals were not for some other reason)."""
+    from allauth.mfa.models import Authenticator
+
+    key = _alices_sign_in(world)["key"]
+    _password_sign_in(client, "mallory")
+    before = _sign_in_state(world)
+    for action, data in (("remove", {}), ("edit", {"name": "mallorys-now"})):
+        url = f"/accounts/2fa/webauthn/keys/{key.pk}/{action}/"
+        for method in ("GET", "POST"):
+            response = client.get(url) if method == "GET" else client.post(url, data)
+            assert response.status_code == 404, (method, url, response.status_code, response.get("Location"))
+    assert "alices-key" not in client.get("/accounts/2fa/webauthn/").content.decode()
+    assert _sign_in_state(world) == before
+    client.force_login(world.alice)  # her key is not a real one: the password re-authenticates her
+    assert client.post("/accounts/reauthenticate/", {"password": "pw-for-tests-123"}).status_code == 302
+    client.post(f"/accounts/2fa/webauthn/keys/{key.pk}/edit/", {"name": "renamed"})
+    assert Authenticator.objects.get(pk=key.pk).data["name"] == "renamed"
+    assert client.post(f"/accounts/2fa/webauthn/keys/{key.pk}/remove/").status_code == 302
+    assert not Authenticator.objects.filter(pk=key.pk).exists()
+
+
+def test_every_sign_in_route_holding_alices_ids_changes_nothing_of_hers(client, world, no_sign_in_rate_limits):
+    """Every route under accounts/ (allauth, MFA, SSO, the hub's OAuth), GET and POST, by mallory freshly signed in,
+    with alice's key id in the URL and alice's e-mail address and SSO identity in the body: alice's factors,
+    addresses, identities, password and account are as before, nothing of hers is shown, and nothing is a 5xx."""
+    from django.contrib.auth.tokens import default_token_generator
+    from django.utils.http import int_to_base36
+
+    alices = _alices_sign_in(world)
+    before = _sign_in_state(world)
+    values = {"pk": alices["key"].pk, "key": "not-a-key", "uidb36": int_to_base36(world.alice.pk),
+              "organization_slug": "no-such-idp", "provider_id": "no-such-idp"}
+    body = {"email": alices["email"].email, "action_remove": "", "action_primary": "", "account": alices["sso"].pk,
+            "login": "alice", "password": "pw-for-tests-123", "oldpassword": "x", "password1": "Mallory-was-here-1",
+            "password2": "Mallory-was-here-1", "name": "mallorys-now", "code": "123456"}
+    walked = 0
+    for route, name in routes():
+        if kind_of(route, name) != "sign-in" or route.startswith("admin/"):
+            continue
+        url = "/" + re.sub(r"\(\?P<(\w+)>[^)]*\)|<(?:\w+:)?(\w+)>", lambda m: str(values[m.group(1) or m.group(2)]),
+                           route).replace("^", "").replace("$", "")
+        if "uidb36" in route:  # a reset link for alice, with a token no one was sent
+            url = url.replace("not-a-key", default_token_generator.make_token(world.mallory))
+        for method in ("GET", "POST"):
+            _password_sign_in(client, "mallory")
+            response = client.get(url) if method == "GET" else client.post(url, body)
+            walked += 1
+            assert response.status_code < 500, (method, url, response.status_code)
+            shown = response.content.decode(errors="replace")
+            assert not any(m in shown for m in ("alices-key", "alice.spare@example.org", "alice-at-the-idp")), (method, url)
+            assert _sign_in_state(world) == before, f"mallory {method} {url} changed alice's sign-in"
+    assert walked >= 90
+
+
 # ------------------------------------------------------------------------------------ disabled accounts
 
 
