@@ -855,6 +855,76 @@ def test_every_sign_in_route_holding_alices_ids_changes_nothing_of_hers(client, 
     assert walked >= 90
 
 
+# ------------------------------------------------------------------------------------------- admin routes
+
+
+def _admin_urls(world, real: list | None = None) -> list[str]:
+    """Every route of the Django admin as a URL naming a real object: the first row of the route's model (vision's
+    project, alice's account, …), each app of the app-index pattern, and a page the catch-all answers. `real`
+    collects the change and history pages of objects that exist."""
+    from django.apps import apps
+    from django.contrib.contenttypes.models import ContentType
+
+    urls = []
+    for route, _name in routes():
+        if kind_of(route, _name) != "admin":
+            continue
+        if "(?P<app_label>" in route:
+            labels = re.search(r"\(\?P<app_label>([^)]*)\)", route).group(1).split("|")
+            urls += [f"/admin/{label}/" for label in labels]
+            continue
+        if "(?P<url>" in route:
+            urls.append("/admin/no-such-page/")
+            continue
+        if route.startswith("admin/r/"):
+            kind = ContentType.objects.get_for_model(type(world.project))
+            urls.append(f"/admin/r/{kind.pk}/{world.project.pk}/")
+            continue
+        parts = route.split("/")
+        pk = "1"
+        if len(parts) > 3 and "<" in route:
+            try:
+                model = apps.get_model(parts[1], parts[2])
+            except LookupError:
+                model = None
+            first = model.objects.order_by("pk").first() if model is not None else None
+            pk = str(first.pk) if first is not None else "1"
+            if first is not None and real is not None and route.endswith(("/change/", "/history/")):
+                real.append("/" + re.sub(r"<[^>]+>", pk, route))
+        urls.append("/" + re.sub(r"<[^>]+>", pk, route))
+    return urls
+
+
+def test_no_signed_in_non_staff_user_gets_any_admin_page(client, world, django_user_model):
+    """Every admin route (changelists, add, change, delete, history, password, app indexes, view-on-site, the
+    catch-all), GET and POST, by a project owner and by a member of another project: never a page, always the
+    admin's sign-in or a refusal, and nothing changes. A superuser gets the same URLs' pages: they are real."""
+    real = []
+    urls = _admin_urls(world, real)
+    assert len(urls) >= 200 and len(real) >= 20
+    before = fingerprint(), sorted(django_user_model.objects.values_list("pk", "is_staff", "is_superuser", "password"))
+    for user in (world.alice, world.mallory):
+        client.force_login(user)
+        for url in urls:
+            for method in ("GET", "POST"):
+                response = client.get(url) if method == "GET" else client.post(url, {"post": "yes", "is_staff": "on"})
+                label = f"{user.username} {method} {url}"
+                assert response.status_code in (302, 403, 404), f"{label}: {response.status_code}"
+                if response.status_code == 302:
+                    assert response["Location"].startswith("/admin/login/"), f"{label}: {response['Location']}"
+    after = fingerprint(), sorted(django_user_model.objects.values_list("pk", "is_staff", "is_superuser", "password"))
+    assert after == before
+    root = django_user_model.objects.create_superuser("root", "root@example.org", "pw-for-tests-123")
+    client.force_login(root)
+    pages = [url for url in urls if not url.endswith(("/delete/", "/password/")) and "no-such-page" not in url
+             and not url.startswith(("/admin/r/", "/admin/autocomplete/"))]
+    answers = {url: client.get(url).status_code for url in pages}
+    assert set(answers.values()) <= {200, 302, 403}, {u: c for u, c in answers.items() if c not in (200, 302, 403)}
+    changelists = [url for url in pages if re.fullmatch(r"/admin/\w+/\w+/", url)]
+    assert len(changelists) >= 30 and all(answers[url] == 200 for url in changelists + real), {
+        url: answers[url] for url in changelists + real if answers[url] != 200}
+
+
 # ------------------------------------------------------------------------------------ disabled accounts
 
 
