@@ -1,9 +1,11 @@
 """Authorization for every route of the URL configuration, against every kind of caller.
 
-The routes are read from the URL configuration itself, so a route added tomorrow is walked the day it is added;
-a route missing from ROUTES below fails the first test until someone says what it is. The victim is project
+The routes are read from the URL configuration itself, so a route added tomorrow is walked the day it is added:
+a route missing from the classification below fails the first test, and a project or own route missing from
+WRITES (who may change what through it) fails another, until someone says what it is. The victim is project
 "vision" (its owner alice, a member, a viewer and an admin); the callers are anonymous, mallory (owner of
-another project), each role of vision, a site admin, and API tokens with each scope, expired and revoked.
+another project), each role of vision, a site admin, and API tokens of each role with each scope, expired and
+revoked. Sign-in routes are walked by mallory holding alice's ids, admin routes by non-staff users.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from django.utils import timezone
 
 from portal.api.models import ApiToken
 from portal.api.tokens import issue_token
+from portal.audit.models import AuditEntry
 from portal.budgets.models import Budget, LedgerEntry
 from portal.clusters.models import Allocation, ClusterAccount
 from portal.jobs import actions
@@ -167,6 +170,7 @@ def fingerprint() -> tuple:
         sorted(UploadPart.objects.values_list("session_id", "number", "sha256")),
         sorted(Notification.objects.values_list("pk", "read_at")),
         sorted(ClusterAccount.objects.values_list("pk", "user_id", "username", "public_key", "last_error")),
+        AuditEntry.objects.exclude(action__in=("auth.login", "auth.logout")).count(),  # what was done, not who came
     )
 
 
