@@ -436,6 +436,11 @@ def _upload(world, *, sent: bool = False) -> dict:
     return {"upload_id": session.pk, "upload": session}
 
 
+def _data_root(world) -> dict:
+    Allocation.objects.filter(pk=world.allocation.pk).update(data_root="/srv/vision")
+    return {}
+
+
 def _path(world) -> dict:
     """A path never used before: the store keeps what a rolled-back case wrote."""
     return {"path": f"walk/{next(_fresh)}.txt"}
@@ -490,8 +495,13 @@ WRITES: dict[str, Any] = {
     "api-files": [Write("POST", SUBMITTERS, 403, form=True, disk=True, prepare=_path,
                         data=lambda w, p: {"file": _file("walk.txt"), "path": p["path"]},
                         done=lambda w, p, u: StoredFile.objects.filter(path=p["path"]).exists())],
-    "api-datasets": [Write("POST", SUBMITTERS, 403, data=lambda w, p: {"name": "walked", "path": "vision-secret.txt"},
-                           done=lambda w, p, u: Dataset.objects.filter(name="walked").exists())],
+    "api-datasets": [  # naming the project's files: who may submit; registering a path on a cluster: its admins
+        Write("POST", SUBMITTERS, 403, data=lambda w, p: {"name": "walked", "path": "vision-secret.txt"},
+              done=lambda w, p, u: Dataset.objects.filter(name="walked").exists()),
+        Write("POST", MANAGERS, 403, prepare=_data_root,
+              data=lambda w, p: {"name": "walked", "cluster": "local", "cluster_path": "/srv/vision/set"},
+              done=lambda w, p, u: Dataset.objects.filter(name="walked").exists()),
+    ],
     # Direct uploads: starting one is a submit; an upload session is its creator's alone (404 to everyone else,
     # site admins included).
     "api-uploads": [Write("POST", SUBMITTERS, 403, prepare=_path, data=lambda w, p: {"path": p["path"], "size": 10},
