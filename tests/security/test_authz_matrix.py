@@ -445,7 +445,6 @@ def _file(name: str) -> SimpleUploadedFile:
     return SimpleUploadedFile(name, b"walked", content_type="text/plain")
 
 
-CANCELS = "others' jobs: only project admins and owners (and site admins); a member cancels only their own"
 WRITES: dict[str, Any] = {
     # Pages of a project.
     "project-detail": READ_ONLY, "project-budget-bar": READ_ONLY, "project-usage": READ_ONLY,
@@ -467,7 +466,8 @@ WRITES: dict[str, Any] = {
         Write("POST", MANAGERS, 403, data=lambda w, p: {"amount": "777", "unit": "points", "period": "monthly"},
               done=lambda w, p, u: Budget.objects.get(project=w.project).amount == 777),
     ],
-    # Jobs and sweeps (alice's: for a member, someone else's).
+    # Jobs and sweeps (alice's: for a member, someone else's). Cancelling others' jobs: project admins and owners
+    # (and site admins); a member cancels only their own (test_a_member_cancels_their_own_job_…).
     "job-detail": READ_ONLY, "job-status": READ_ONLY, "job-log": READ_ONLY, "job-group": READ_ONLY,
     "job-artifact": READ_ONLY, "job-executed-notebook": READ_ONLY,
     "job-cancel": [Write("POST", MANAGERS, BACK_WITH_ERROR,
@@ -511,7 +511,7 @@ WRITES: dict[str, Any] = {
     "api-token-revoke": [Write("POST", HOLDER, 404,
                                done=lambda w, p, u: ApiToken.objects.get(pk=w.token.pk).revoked_at is not None)],
     # OWN routes whose body names a project: submitting and uploading are for those who may submit; the
-    # job list's bulk cancel follows CANCELS for each ticked job.
+    # job list's bulk cancel is a cancel of each ticked job.
     "job-new": [Write("POST", SUBMITTERS, 200,
                       data=lambda w, p: {**_submit_body(w, "walk-page"), "project": w.project.pk, "hardware": w.hardware.pk,
                                          "nodes": 1, "launcher": "script"},
