@@ -24,8 +24,17 @@ class HubLoginView(OAuth2LoginView):
         return self.get_provider().redirect_from_request(request)
 
 
+class HubCallbackView(OAuth2CallbackView):
+    """The hub's answer: 404 as the login is when no hub is connected (allauth would fail looking its app up)."""
+
+    def dispatch(self, request, *args, **kwargs):
+        if not hubapi.enabled():
+            raise Http404("this portal is not connected to a JupyterHub")
+        return super().dispatch(request, *args, **kwargs)
+
+
 oauth2_login = HubLoginView.adapter_view(HubOAuth2Adapter)
-oauth2_callback = OAuth2CallbackView.adapter_view(HubOAuth2Adapter)
+oauth2_callback = HubCallbackView.adapter_view(HubOAuth2Adapter)
 
 
 def service_entry(request, service: str, path: str = ""):

@@ -39,6 +39,7 @@ def test_without_configuration_the_portal_knows_no_hub(client, local_site):
     assert _settings_of().stdout.split() == ["service-kakehashi"]  # URL, API URL and secret are empty
     assert client.get("/services/kakehashi/").status_code == 404
     assert client.get("/accounts/jupyterhub/login/").status_code == 404
+    assert client.get("/accounts/jupyterhub/login/callback/?code=x&state=y").status_code == 404  # was a 500
     refused = client.get("/api/v1/me/", headers={"Authorization": "token 0123456789abcdef"})
     assert refused.status_code == 401 and refused.json()["code"] == "hub_not_configured"
     assert "JupyterHub" not in client.get("/accounts/login/").content.decode()
