@@ -357,6 +357,8 @@ def cmd_outputs(args: argparse.Namespace) -> int:
             for item in outputs:
                 where = "" if item.get("url") else "  (left on the cluster)"
                 print(f"{_size(item['size']):>10}  {item['path']}{where}")
+        for note in job.get("outputs_not_collected") or []:
+            print(f"outputs: {note}", file=sys.stderr)
         return EXIT_OK
     wanted = next((item for item in outputs if item["path"] == args.get), None)
     if wanted is None:

@@ -286,6 +286,10 @@ class JobSerializer(serializers.Serializer):
     )
     datasets = serializers.SerializerMethodField(help_text="the datasets it was given, each at $KAKEHASHI_DATA/<name>")
     outputs = serializers.SerializerMethodField(help_text="files the job left in outputs/: path, size, url")
+    outputs_not_collected = serializers.ListField(
+        child=serializers.CharField(), read_only=True,
+        help_text="what of outputs/ did not come back, and why (\"3 files not collected: names with control "
+                  "characters\", \"only the first 10000 files were collected\"); empty when all of it did")
     url = serializers.SerializerMethodField(help_text="the job's page in the portal")
 
     @extend_schema_field(serializers.ChoiceField(choices=JOB_STATES))
