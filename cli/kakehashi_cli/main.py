@@ -444,7 +444,11 @@ def cmd_upload(args: argparse.Namespace) -> int:
             raise Refused(f"{dest}: {exc}; run the same command again to resume") from None
         results.append(stored)
         if not args.json:
-            print(f"{verb} {stored['path']} ({_size(stored['size'])}, sha256 {stored['sha256'][:16]}…) in {stored['project']}.")
+            # A file of several parts is hashed whole in the store by a worker before jobs may use it.
+            note = (" Its SHA-256 is being verified in the store: the Data page says when it is ready for jobs."
+                    if stored.get("state") == "verifying" else "")
+            print(f"{verb} {stored['path']} ({_size(stored['size'])}, sha256 {stored['sha256'][:16]}…) in "
+                  f"{stored['project']}.{note}")
     if args.json:
         _print_json(results[0] if len(results) == 1 and not os.path.isdir(args.path) else results)
     return EXIT_OK

@@ -21,7 +21,7 @@ from portal.jobs.actions import format_walltime
 from portal.jobs.models import Job, JobState
 from portal.jobs.specs import attached_datasets
 from portal.projects.models import Role
-from portal.storage.models import DatasetKind, DatasetState
+from portal.storage.models import DatasetKind, DatasetState, FileState
 
 # ------------------------------------------------------------------------------------------------- common
 
@@ -469,6 +469,9 @@ class FileSerializer(serializers.Serializer):
     path = serializers.CharField()
     size = serializers.IntegerField()
     sha256 = serializers.CharField()
+    state = serializers.ChoiceField(choices=FileState.choices, help_text="verifying: a file of several parts whose "
+                                    "whole-file SHA-256 a worker is checking in the store; not downloadable nor "
+                                    "usable by jobs until ready (a mismatch removes it: its upload says why)")
     uploaded_by = serializers.SerializerMethodField()
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()

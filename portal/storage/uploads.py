@@ -13,10 +13,12 @@ The flow (the same for the Data page's Uppy, `kakehashi upload` and any API clie
    one claimed), hands the store the part checksums it signed (the store checks them against the bytes it
    received and records their composite), and only then records a StoredFile. Or abort.
 
-How far the whole-file SHA-256 is verified: a file of one part is checked exactly (that part's SHA-256, checked by
-the store on arrival, is the file's). For a file of several parts, S3 cannot hash the joined object, so the
-portal records the uploader's whole-file SHA-256 next to a verified chain: each part's bytes match the SHA-256
-signed for it. Whoever reads the file later (staging to a cluster) hashes what arrives and compares.
+How far the whole-file SHA-256 is verified: a file of one part is checked exactly at completion (that part's SHA-256,
+checked by the store on arrival, is the file's). A file of several parts is listed as `verifying` at completion
+(not downloadable, not a dataset's, not staged to any job) and a worker (`verify_upload`) reads the joined object
+back, hashing it as it streams (a few MiB of memory whatever the size): the SHA-256 the uploader gave makes it
+ready; any other deletes the object, frees the quota and refuses the upload, saying why. A file it replaced
+keeps its bytes until then (and is put back on a refusal).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import binascii
 import hashlib
 import logging
 import re
+import time
 import uuid
 from datetime import timedelta
 
@@ -35,18 +38,22 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from portal.audit.actions import record
+from portal.enqueue import VERIFY_UPLOAD, enqueue, enqueue_on_commit
 from portal.projects import access
 from portal.projects.models import Project
 from portal.storage import objectstore, quota
 from portal.storage.actions import check_no_file_folder_clash, clean_path, storage_key
 from portal.storage.errors import FileExists, StorageError, StoreUnavailable, UploadConflict
-from portal.storage.models import StoredFile, UploadPart, UploadSession, UploadState
+from portal.storage.models import FileState, StoredFile, UploadPart, UploadSession, UploadState
 
 log = logging.getLogger(__name__)
 
 MIN_PART_BYTES = 5 * 1024 * 1024  # S3's smallest part (but the last)
 MAX_PARTS = 10_000  # S3's most parts per upload
 MAX_SIGN_AT_ONCE = 100
+HASH_CHUNK = 4 * 1024 * 1024  # bytes read from the store at a time when verifying a whole file
+VERIFY_HEARTBEAT_SECONDS = 30  # a verification in progress touches its upload this often
+VERIFY_STALE_SECONDS = 600  # a verification untouched this long was lost (a killed worker): the sweep asks again
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -142,6 +149,7 @@ def create_upload(user, project: Project, *, path: str, size: int, sha256: str |
         if existing is not None and not overwrite:
             raise FileExists(f"{clean} already exists in project {project.slug}; upload with overwrite to replace it",
                              field="path")
+        _not_verifying(existing)
         quota.check(project, size, freed=existing.size if existing is not None else 0)
         session = UploadSession(project=project, path=clean, key=_free_key(project, clean), size=size,
                                 sha256=sha256, part_size=part_size_for(size), overwrite=overwrite, created_by=user)
@@ -158,12 +166,21 @@ def create_upload(user, project: Project, *, path: str, size: int, sha256: str |
     return session, False
 
 
+def _not_verifying(existing: StoredFile | None) -> None:
+    if existing is not None and existing.state == FileState.VERIFYING:
+        raise UploadConflict(f"{existing.path} is being verified (its whole-file SHA-256 is checked after upload); "
+                             "replace it once the Data page shows it ready", code="verifying", field="path")
+
+
 def _open(session: UploadSession) -> None:
     if session.state == UploadState.COMPLETED:
         raise UploadConflict(f"this upload of {session.path} is already complete", code="already_completed")
     if session.state == UploadState.ABORTED:
         raise UploadConflict(f"this upload of {session.path} was aborted ({session.reason}); start a new one",
                              code="aborted")
+    if session.state == UploadState.REFUSED:
+        raise UploadConflict(f"this upload of {session.path} was refused ({session.reason}); start a new one",
+                             code="refused")
 
 
 def _clean_part_checksum(value) -> str:
@@ -255,6 +272,7 @@ def complete_upload(user, session: UploadSession, sha256: str | None = None,
         if existing is not None and not session.overwrite:
             raise FileExists(f"{session.path} was added to project {project.slug} since this upload started; "
                              "complete it with overwrite to replace that file", field="path")
+        _not_verifying(existing)
         check_no_file_folder_clash(project, session.path)  # again: a file "a" may have arrived meanwhile for "a/b"
         parts = _store_call(objectstore.list_parts, session.key, session.upload_id, etags or {})
         signed = dict(session.parts.values_list("number", "sha256"))
@@ -289,31 +307,116 @@ def complete_upload(user, session: UploadSession, sha256: str | None = None,
                 refusal = StorageError(f"the store holds {stored_size} bytes where {session.size} were announced: "
                                        "the upload was aborted; upload the file again", field="size")
             else:
-                return _finish(user, session, existing)
+                return _finish(user, session, existing, verify=session.part_count > 1)
     _abort(session, refusal.message)
     raise refusal
 
 
-def _finish(user, session: UploadSession, existing: StoredFile | None) -> StoredFile:
-    """Record the completed object as the project's file at the upload's path (in the caller's transaction)."""
+def _finish(user, session: UploadSession, existing: StoredFile | None, *, verify: bool = False) -> StoredFile:
+    """Record the completed object as the project's file at the upload's path (in the caller's transaction).
+    `verify`: a file of several parts, listed as verifying until `verify_upload` has hashed it; a file it replaces
+    keeps its object (the session remembers it) until then."""
+    state = FileState.VERIFYING if verify else FileState.READY
+    replaced = {}
     if existing is None:
         stored = StoredFile.objects.create(project=session.project, path=session.path, storage_name=session.key,
-                                           size=session.size, sha256=session.sha256, uploaded_by=user)
+                                           size=session.size, sha256=session.sha256, uploaded_by=user, state=state)
         old_key = None
     else:
         old_key = existing.storage_name
-        existing.storage_name, existing.size, existing.sha256, existing.uploaded_by = (
-            session.key, session.size, session.sha256, user)
+        if verify and old_key != session.key:
+            replaced = {"replaced_key": old_key, "replaced_size": existing.size, "replaced_sha256": existing.sha256}
+        existing.storage_name, existing.size, existing.sha256, existing.uploaded_by, existing.state = (
+            session.key, session.size, session.sha256, user, state)
         existing.save()
         stored = existing
     UploadSession.objects.filter(pk=session.pk).update(state=UploadState.COMPLETED, stored_file=stored,
-                                                       ended_at=timezone.now())
+                                                       ended_at=timezone.now(), **replaced)
     session.state, session.stored_file = UploadState.COMPLETED, stored
     record("file.upload", actor=user, project=session.project, target=stored, path=stored.path, size=stored.size,
-           sha256=stored.sha256, replaced=old_key is not None, direct=True)
-    if old_key and old_key != session.key:
+           sha256=stored.sha256, replaced=old_key is not None, direct=True, verifying=verify)
+    if verify:
+        enqueue_on_commit(VERIFY_UPLOAD, str(session.pk))
+    elif old_key and old_key != session.key:
         transaction.on_commit(lambda: _delete_quietly(old_key))
     return stored
+
+
+def _hash_object(session: UploadSession) -> tuple[int, str]:
+    """(bytes, SHA-256) of the upload's object as the store serves it, read a chunk at a time; the upload is
+    touched every VERIFY_HEARTBEAT_SECONDS so the sweep knows the verification is alive."""
+    digest, size = hashlib.sha256(), 0
+    beat = time.monotonic()
+    body = _store_call(objectstore.open_stream, session.key)
+    try:
+        for chunk in body.iter_chunks(HASH_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+            if time.monotonic() - beat > VERIFY_HEARTBEAT_SECONDS:
+                UploadSession.objects.filter(pk=session.pk).update(last_activity_at=timezone.now())
+                beat = time.monotonic()
+    finally:
+        body.close()
+    return size, digest.hexdigest()
+
+
+def verify_upload(session_id) -> str:
+    """Hash a completed upload of several parts in the store and make its file ready, or refuse it (worker side):
+    the object is deleted (freeing the quota), a file it replaced gets its bytes back, and the upload says why.
+    Idempotent: a file already decided, deleted or replaced meanwhile is left alone."""
+    session = UploadSession.objects.select_related("project", "stored_file").filter(pk=session_id).first()
+    stored = session.stored_file if session is not None else None
+    if (session is None or session.state != UploadState.COMPLETED or stored is None
+            or stored.state != FileState.VERIFYING or stored.storage_name != session.key):
+        return "nothing to verify"
+    try:
+        size, sha256 = _hash_object(session)
+    except objectstore.ObjectStoreError as exc:
+        if exc.code not in {"NoSuchKey", "404", "NotFound"}:
+            raise  # unreachable or failing: the task retries
+        size, sha256 = 0, ""
+    with transaction.atomic():
+        Project.objects.select_for_update().filter(pk=session.project_id).first()
+        stored = StoredFile.objects.select_for_update().filter(
+            pk=stored.pk, storage_name=session.key, state=FileState.VERIFYING).first()
+        if stored is None:
+            return "nothing to verify"
+        if (size, sha256) == (session.size, session.sha256):
+            stored.state = FileState.READY
+            stored.save(update_fields=["state", "updated_at"])
+            record("file.verified", actor=session.created_by, project=session.project, target=stored, path=stored.path,
+                   size=size, sha256=sha256)
+            if session.replaced_key:
+                transaction.on_commit(lambda: _delete_quietly(session.replaced_key))
+            return "verified"
+        found = f"{size} bytes with SHA-256 {sha256}" if sha256 else "no object"
+        reason = (f"the file's bytes do not match its sha256: the store holds {found}, not {session.sha256}; the "
+                  "file was removed: check the file and upload it again")
+        if session.replaced_key:  # the file it replaced is itself again
+            stored.storage_name, stored.size, stored.sha256, stored.state = (
+                session.replaced_key, session.replaced_size or 0, session.replaced_sha256, FileState.READY)
+            stored.save()
+        else:
+            stored.delete()
+        UploadSession.objects.filter(pk=session.pk).update(state=UploadState.REFUSED, reason=reason[:500],
+                                                           stored_file=None)
+        record("upload.refused", actor=session.created_by, project=session.project, target=session,
+               path=session.path, size=size, sha256=sha256, claimed=session.sha256)
+        transaction.on_commit(lambda: _delete_quietly(session.key))
+    return "refused"
+
+
+def lost_verifications(now=None) -> int:
+    """Ask again for verifications nobody has touched for VERIFY_STALE_SECONDS (a worker killed mid-hash)."""
+    now = now or timezone.now()
+    stale = UploadSession.objects.filter(state=UploadState.COMPLETED, stored_file__state=FileState.VERIFYING,
+                                         last_activity_at__lt=now - timedelta(seconds=VERIFY_STALE_SECONDS))
+    count = 0
+    for session_id in stale.values_list("pk", flat=True):
+        UploadSession.objects.filter(pk=session_id).update(last_activity_at=now)
+        enqueue(VERIFY_UPLOAD, str(session_id))
+        count += 1
+    return count
 
 
 def _delete_quietly(key: str) -> None:
