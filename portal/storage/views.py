@@ -15,7 +15,7 @@ from portal.catalog.queries import submittable_projects
 from portal.projects import access
 from portal.storage import actions, objectstore, quota
 from portal.storage.forms import UploadForm
-from portal.storage.models import Dataset, UploadState
+from portal.storage.models import Dataset, FileState, UploadState
 from portal.storage.queries import visible_files
 from portal.storage.uploads import visible_uploads
 
@@ -60,7 +60,9 @@ def data_page(request):
         "upload_projects": projects,
         "quotas": [(p.slug, quota.usage(p)) for p in projects[:20]],
         "form": form,
-        "files": files[:500],
+        "files": (files := list(files[:500])),
+        # While a file is being verified the list refreshes itself, so it turns into a download link when ready.
+        "verifying": any(f.state == FileState.VERIFYING for f in files),
         "datasets": datasets[:500],
         "refused_uploads": refused.order_by("-ended_at")[:50],
         "projects": access.visible_projects(request.user),
