@@ -1,3 +1,4 @@
+from botocore.exceptions import BotoCoreError
 from celery import shared_task
 
 from backends.base import BackendError, TransportError
@@ -17,6 +18,7 @@ def verify_dataset_task(dataset_id: int, user_id: int) -> str:
     return datasets.verify_dataset(dataset_id, user_id)
 
 
-@shared_task(autoretry_for=(StorageError, ObjectStoreError), retry_backoff=5, max_retries=20)
+# The store unreachable, or a read cut off mid-object (botocore's streaming errors): hash it again from the start.
+@shared_task(autoretry_for=(StorageError, ObjectStoreError, BotoCoreError), retry_backoff=5, max_retries=20)
 def verify_upload_task(session_id: str) -> str:
     return uploads.verify_upload(session_id)
