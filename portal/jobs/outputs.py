@@ -156,8 +156,7 @@ def _collect(job: Job) -> list[JobArtifact]:
                 stored_name = save_job_output(job.uuid, remote.path, data)
                 budget -= remote.size
         artifacts.append(JobArtifact(job=job, path=remote.path, size=remote.size, stored_name=stored_name))
-    job.outputs_not_collected = _not_collected(skipped, listing, limit, depth)
-    Job.objects.filter(pk=job.pk).update(outputs_not_collected=job.outputs_not_collected)
+    transitions.record_outputs_not_collected(job, _not_collected(skipped, listing, limit, depth))
     return JobArtifact.objects.bulk_create(artifacts)
 
 

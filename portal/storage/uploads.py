@@ -15,7 +15,7 @@ The flow (the same for the Data page's Uppy, `kakehashi upload` and any API clie
 
 How far the whole-file SHA-256 is verified: a file of one part is checked exactly at completion (that part's SHA-256,
 checked by the store on arrival, is the file's). A file of several parts is listed as `verifying` at completion
-(not downloadable, not a dataset's, not staged to any job) and a worker (`verify_upload`) reads the joined object
+(not downloadable, not a dataset's, not staged to any job) and a worker (portal/storage/verify.py) reads the joined object
 back, hashing it as it streams (a few MiB of memory whatever the size): the SHA-256 the uploader gave makes it
 ready; any other deletes the object, frees the quota and refuses the upload, saying why. A file it replaced
 keeps its bytes until then (and is put back on a refusal).
@@ -28,7 +28,6 @@ import binascii
 import hashlib
 import logging
 import re
-import time
 import uuid
 from datetime import timedelta
 
@@ -38,7 +37,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from portal.audit.actions import record
-from portal.enqueue import VERIFY_UPLOAD, enqueue, enqueue_on_commit
+from portal.enqueue import VERIFY_UPLOAD, enqueue_on_commit
 from portal.projects import access
 from portal.projects.models import Project
 from portal.storage import objectstore, quota
@@ -51,9 +50,6 @@ log = logging.getLogger(__name__)
 MIN_PART_BYTES = 5 * 1024 * 1024  # S3's smallest part (but the last)
 MAX_PARTS = 10_000  # S3's most parts per upload
 MAX_SIGN_AT_ONCE = 100
-HASH_CHUNK = 4 * 1024 * 1024  # bytes read from the store at a time when verifying a whole file
-VERIFY_HEARTBEAT_SECONDS = 30  # a verification in progress touches its upload this often
-VERIFY_STALE_SECONDS = 600  # a verification untouched this long was lost (a killed worker): the sweep asks again
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -79,7 +75,7 @@ def _require_store() -> None:
             "with POST /api/v1/projects/<slug>/files/ instead", code="no_object_store")
 
 
-def _store_call(fn, *args):
+def store_call(fn, *args):
     try:
         return fn(*args)
     except objectstore.ObjectStoreError as exc:
@@ -155,12 +151,12 @@ def create_upload(user, project: Project, *, path: str, size: int, sha256: str |
                                 sha256=sha256, part_size=part_size_for(size), overwrite=overwrite, created_by=user)
         if size == 0:
             # Nothing to send: the portal writes the empty object itself and the upload is complete at once.
-            _store_call(objectstore.put_empty_object, session.key)
+            store_call(objectstore.put_empty_object, session.key)
             session.save()
             _finish(user, session, existing)
             return session, False
         # Inside the transaction: if recording fails, the multipart upload is left to the abandoned-upload sweep.
-        session.upload_id = _store_call(objectstore.create_multipart_upload, session.key)
+        session.upload_id = store_call(objectstore.create_multipart_upload, session.key)
         session.save()
         record("upload.start", actor=user, project=project, target=session, path=clean, size=size, sha256=sha256)
     return session, False
@@ -224,7 +220,7 @@ def uploaded_parts(user, session: UploadSession) -> list[tuple[objectstore.Part,
     _open(session)
     UploadSession.objects.filter(pk=session.pk).update(last_activity_at=timezone.now())
     signed = dict(session.parts.values_list("number", "sha256"))
-    parts = _store_call(objectstore.list_parts, session.key, session.upload_id)
+    parts = store_call(objectstore.list_parts, session.key, session.upload_id)
     return [(part, signed.get(part.number, "")) for part in parts]
 
 
@@ -274,7 +270,7 @@ def complete_upload(user, session: UploadSession, sha256: str | None = None,
                              "complete it with overwrite to replace that file", field="path")
         _not_verifying(existing)
         check_no_file_folder_clash(project, session.path)  # again: a file "a" may have arrived meanwhile for "a/b"
-        parts = _store_call(objectstore.list_parts, session.key, session.upload_id, etags or {})
+        parts = store_call(objectstore.list_parts, session.key, session.upload_id, etags or {})
         signed = dict(session.parts.values_list("number", "sha256"))
         problems = _part_problems(session, parts, signed)
         if problems:
@@ -301,7 +297,7 @@ def complete_upload(user, session: UploadSession, sha256: str | None = None,
                 if exc.code != "NoSuchUpload" or objectstore.object_size(session.key) != session.size:
                     raise StoreUnavailable(f"the object store did not complete the upload ({exc.message})") from None
                 # NoSuchUpload with the object in place: completed before, but its reply was lost.
-            stored_size = _store_call(objectstore.object_size, session.key)
+            stored_size = store_call(objectstore.object_size, session.key)
             if stored_size != session.size:
                 objectstore.delete_object(session.key)
                 refusal = StorageError(f"the store holds {stored_size} bytes where {session.size} were announced: "
@@ -314,7 +310,7 @@ def complete_upload(user, session: UploadSession, sha256: str | None = None,
 
 def _finish(user, session: UploadSession, existing: StoredFile | None, *, verify: bool = False) -> StoredFile:
     """Record the completed object as the project's file at the upload's path (in the caller's transaction).
-    `verify`: a file of several parts, listed as verifying until `verify_upload` has hashed it; a file it replaces
+    `verify`: a file of several parts, listed as verifying until portal/storage/verify.py has hashed it; a file it replaces
     keeps its object (the session remembers it) until then."""
     state = FileState.VERIFYING if verify else FileState.READY
     replaced = {}
@@ -338,88 +334,11 @@ def _finish(user, session: UploadSession, existing: StoredFile | None, *, verify
     if verify:
         enqueue_on_commit(VERIFY_UPLOAD, str(session.pk))
     elif old_key and old_key != session.key:
-        transaction.on_commit(lambda: _delete_quietly(old_key))
+        transaction.on_commit(lambda: delete_object_quietly(old_key))
     return stored
 
 
-def _hash_object(session: UploadSession) -> tuple[int, str]:
-    """(bytes, SHA-256) of the upload's object as the store serves it, read a chunk at a time; the upload is
-    touched every VERIFY_HEARTBEAT_SECONDS so the sweep knows the verification is alive."""
-    digest, size = hashlib.sha256(), 0
-    beat = time.monotonic()
-    body = _store_call(objectstore.open_stream, session.key)
-    try:
-        for chunk in body.iter_chunks(HASH_CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-            if time.monotonic() - beat > VERIFY_HEARTBEAT_SECONDS:
-                UploadSession.objects.filter(pk=session.pk).update(last_activity_at=timezone.now())
-                beat = time.monotonic()
-    finally:
-        body.close()
-    return size, digest.hexdigest()
-
-
-def verify_upload(session_id) -> str:
-    """Hash a completed upload of several parts in the store and make its file ready, or refuse it (worker side):
-    the object is deleted (freeing the quota), a file it replaced gets its bytes back, and the upload says why.
-    Idempotent: a file already decided, deleted or replaced meanwhile is left alone."""
-    session = UploadSession.objects.select_related("project", "stored_file").filter(pk=session_id).first()
-    stored = session.stored_file if session is not None else None
-    if (session is None or session.state != UploadState.COMPLETED or stored is None
-            or stored.state != FileState.VERIFYING or stored.storage_name != session.key):
-        return "nothing to verify"
-    try:
-        size, sha256 = _hash_object(session)
-    except objectstore.ObjectStoreError as exc:
-        if exc.code not in {"NoSuchKey", "404", "NotFound"}:
-            raise  # unreachable or failing: the task retries
-        size, sha256 = 0, ""
-    with transaction.atomic():
-        Project.objects.select_for_update().filter(pk=session.project_id).first()
-        stored = StoredFile.objects.select_for_update().filter(
-            pk=stored.pk, storage_name=session.key, state=FileState.VERIFYING).first()
-        if stored is None:
-            return "nothing to verify"
-        if (size, sha256) == (session.size, session.sha256):
-            stored.state = FileState.READY
-            stored.save(update_fields=["state", "updated_at"])
-            record("file.verified", actor=session.created_by, project=session.project, target=stored, path=stored.path,
-                   size=size, sha256=sha256)
-            if session.replaced_key:
-                transaction.on_commit(lambda: _delete_quietly(session.replaced_key))
-            return "verified"
-        found = f"{size} bytes with SHA-256 {sha256}" if sha256 else "no object"
-        reason = (f"the file's bytes do not match its sha256: the store holds {found}, not {session.sha256}; the "
-                  "file was removed: check the file and upload it again")
-        if session.replaced_key:  # the file it replaced is itself again
-            stored.storage_name, stored.size, stored.sha256, stored.state = (
-                session.replaced_key, session.replaced_size or 0, session.replaced_sha256, FileState.READY)
-            stored.save()
-        else:
-            stored.delete()
-        UploadSession.objects.filter(pk=session.pk).update(state=UploadState.REFUSED, reason=reason[:500],
-                                                           stored_file=None)
-        record("upload.refused", actor=session.created_by, project=session.project, target=session,
-               path=session.path, size=size, sha256=sha256, claimed=session.sha256)
-        transaction.on_commit(lambda: _delete_quietly(session.key))
-    return "refused"
-
-
-def lost_verifications(now=None) -> int:
-    """Ask again for verifications nobody has touched for VERIFY_STALE_SECONDS (a worker killed mid-hash)."""
-    now = now or timezone.now()
-    stale = UploadSession.objects.filter(state=UploadState.COMPLETED, stored_file__state=FileState.VERIFYING,
-                                         last_activity_at__lt=now - timedelta(seconds=VERIFY_STALE_SECONDS))
-    count = 0
-    for session_id in stale.values_list("pk", flat=True):
-        UploadSession.objects.filter(pk=session_id).update(last_activity_at=now)
-        enqueue(VERIFY_UPLOAD, str(session_id))
-        count += 1
-    return count
-
-
-def _delete_quietly(key: str) -> None:
+def delete_object_quietly(key: str) -> None:
     try:
         objectstore.delete_object(key)
     except objectstore.ObjectStoreError:
@@ -429,7 +348,7 @@ def _delete_quietly(key: str) -> None:
 def _abort(session: UploadSession, reason: str) -> None:
     """Abort in the store, then record it; a store that cannot be reached leaves it open for the sweep."""
     if session.upload_id:
-        _store_call(objectstore.abort_multipart_upload, session.key, session.upload_id)
+        store_call(objectstore.abort_multipart_upload, session.key, session.upload_id)
     UploadSession.objects.filter(pk=session.pk, state=UploadState.OPEN).update(
         state=UploadState.ABORTED, reason=reason[:500], ended_at=timezone.now())
     session.state, session.reason = UploadState.ABORTED, reason[:500]

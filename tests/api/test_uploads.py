@@ -20,7 +20,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from portal.projects.models import Membership, Role
-from portal.storage import quota, uploads
+from portal.storage import quota, uploads, verify
 from portal.storage.models import FileState, StoredFile, UploadSession, UploadState
 from portal.storage.tasks import abort_abandoned_uploads_task
 from tests.conftest import wait_for
@@ -275,10 +275,10 @@ def test_a_file_being_verified_cannot_be_downloaded_named_as_a_dataset_or_replac
     assert named.status_code == 409 and "being verified" in named.json()["detail"]
     again = start(alice_api, os.urandom(100), path="checking.bin", overwrite=True)
     assert again.status_code == 409 and again.json()["code"] == "verifying"
-    assert uploads.verify_upload(upload["id"]) == "verified"
+    assert verify.verify_upload(upload["id"]) == "verified"
     assert StoredFile.objects.get().state == FileState.READY
     assert alice_api.get(f"/api/v1/projects/vision/files/{stored['id']}/download/").status_code == 302
-    assert uploads.verify_upload(upload["id"]) == "nothing to verify"  # a retried task changes nothing
+    assert verify.verify_upload(upload["id"]) == "nothing to verify"  # a retried task changes nothing
 
 
 def test_a_replacement_whose_sha256_is_wrong_gives_the_file_its_old_bytes_back(alice_api, local_site, object_store):
@@ -293,7 +293,7 @@ def test_a_replacement_whose_sha256_is_wrong_gives_the_file_its_old_bytes_back(a
     etags = send(alice_api, replacing, parts_of(new, 5 * MiB))
     assert alice_api.post(f"{UPLOADS}{replacing['id']}/complete/", {"parts": etags}).json()["state"] == "verifying"
     assert stored_bytes(object_store, old_key) == old  # kept while the new bytes are checked
-    assert uploads.verify_upload(replacing["id"]) == "refused"
+    assert verify.verify_upload(replacing["id"]) == "refused"
     row = StoredFile.objects.get()
     assert (row.storage_name, row.size, row.sha256, row.state) == (old_key, len(old), sha_hex(old), FileState.READY)
     assert UploadSession.objects.get(pk=replacing["id"]).state == UploadState.REFUSED
@@ -305,10 +305,10 @@ def test_a_verification_lost_with_its_worker_is_asked_for_again_by_the_sweep(ali
     etags = send(alice_api, upload, parts_of(data, 5 * MiB))
     alice_api.post(f"{UPLOADS}{upload['id']}/complete/", {"parts": etags})
     asked = []
-    monkeypatch.setattr(uploads, "enqueue", lambda task, *args: asked.append(args))
-    assert uploads.lost_verifications() == 0  # being verified: touched just now
+    monkeypatch.setattr(verify, "enqueue", lambda task, *args: asked.append(args))
+    assert verify.lost_verifications() == 0  # being verified: touched just now
     UploadSession.objects.filter(pk=upload["id"]).update(last_activity_at=timezone.now() - timedelta(minutes=11))
-    assert uploads.lost_verifications() == 1 and asked == [(upload["id"],)]
+    assert verify.lost_verifications() == 1 and asked == [(upload["id"],)]
 
 
 def test_tampered_and_expired_presigned_urls_are_refused_by_the_store(alice_api, settings, object_store):
