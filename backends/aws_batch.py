@@ -28,6 +28,8 @@ from typing import Any
 from backends import aws_batch_defs as defs
 from backends.aws_batch_parse import ENDED, QUEUED, STARTED, epoch_millis, parse_record, parse_status
 from backends.base import (
+    MAX_LISTED_DEPTH,
+    MAX_LISTED_FILES,
     OUTPUTS_DIR,
     Access,
     Backend,
@@ -38,6 +40,7 @@ from backends.base import (
     JobSpec,
     JobStatus,
     Load,
+    OutputListing,
     Reach,
     RemoteFile,
     StagingReport,
@@ -432,14 +435,21 @@ class AWSBatchBackend(Backend):
             raise BackendError(f"reading CloudWatch Logs {group}/{stream} failed: {_client_error(exc)[1]}") from None
         return "".join(line if line.endswith("\n") else line + "\n" for line in lines).encode()
 
-    def list_outputs(self, workdir: str, *, limit: int = 200) -> list[RemoteFile]:
+    def list_outputs(self, workdir: str, *, limit: int = MAX_LISTED_FILES,
+                     depth: int = MAX_LISTED_DEPTH) -> OutputListing:
+        """The objects the entrypoint pushed under the job's outputs/ prefix (an object store has no links)."""
         prefix = f"{workdir.rstrip('/')}/{OUTPUTS_DIR}/"
-        files = []
+        files, more, deeper = [], False, False
         for item in self._pages(self._clients().s3.list_objects_v2, "Contents", Bucket=self.bucket, Prefix=prefix):
-            files.append(RemoteFile(item["Key"][len(prefix):], int(item["Size"])))
+            path = item["Key"][len(prefix):]
+            if path.count("/") >= depth:
+                deeper = True
+                continue
             if len(files) >= limit:
+                more = True
                 break
-        return files
+            files.append(RemoteFile(path, int(item["Size"])))
+        return OutputListing(files, more=more, deeper=deeper)
 
     def whoami(self) -> str:
         return self._call("sts get_caller_identity", self._clients().sts.get_caller_identity)["Arn"]

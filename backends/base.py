@@ -40,6 +40,7 @@ from backends.spec import (
     JobStatus,
     Launcher,
     Load,
+    OutputListing,
     Reach,
     RemoteFile,
     Resources,
@@ -54,11 +55,12 @@ from backends.transport import CommandResult, SSHTransport, Transport, Transport
 __all__ = [
     "DATA_DIR", "DataFile", "DataInput", "DataRefused", "StagingReport", "FINAL_STATES", "OUTPUTS_DIR", "PAYLOAD_FILE", "SCRIPT_FILE", "STDERR_FILE", "STDOUT_FILE", "Access",
     "ArrayElement", "Backend", "BackendError", "InvalidJobSpec", "JobRecord", "JobSpec", "JobStatus", "Launcher", "Load",
-    "Reach", "RemoteFile", "Resources", "State", "SubmitRefused", "TransportError", "element_dir",
+    "OutputListing", "Reach", "RemoteFile", "Resources", "State", "SubmitRefused", "TransportError", "element_dir",
 ]
 
 STREAM_FILES = {"stdout": STDOUT_FILE, "stderr": STDERR_FILE}
-MAX_LISTED_FILES = 200
+MAX_LISTED_FILES = 10_000
+MAX_LISTED_DEPTH = 32
 
 
 class Backend(ABC):
@@ -323,12 +325,25 @@ class Backend(ABC):
         """Part of a job's stdout or stderr; empty if the file does not exist yet."""
         return self.read_file(workdir, STREAM_FILES[stream], offset=offset, limit=limit)
 
-    def list_outputs(self, workdir: str, *, limit: int = MAX_LISTED_FILES) -> list[RemoteFile]:
-        """The files the job left in its outputs/ directory (four levels deep, at most `limit`), paths relative
-        to it. Read one with `read_file(workdir, f"outputs/{path}")`."""
+    def list_outputs(self, workdir: str, *, limit: int = MAX_LISTED_FILES,
+                     depth: int = MAX_LISTED_DEPTH) -> OutputListing:
+        """What the job left in its outputs/ directory (`depth` levels deep, at most `limit` entries), paths
+        relative to it. Read a file with `read_file(workdir, f"outputs/{path}")` or `stream_file`.
+
+        Symbolic links are listed as not files and never followed (find's default): neither outputs/ itself nor
+        a folder under it that is a link is entered. Names may hold any byte but "/" and NUL: find ends each entry
+        with NUL and `tr` swaps NUL and newline, so an entry is a line for `head` however it is named (a newline
+        inside a name travels as NUL; `parse_listing` swaps it back). `head -z` would do without the swap but is
+        missing from coreutils before 8.25 (RHEL 7 login nodes)."""
+        limit, depth = int(limit), int(depth)
         outputs = shlex.quote(f"{workdir.rstrip('/')}/{OUTPUTS_DIR}")
-        listing = self.run(f"find {outputs} -maxdepth 4 -type f -printf '%s\\t%P\\n' 2>/dev/null | head -n {int(limit)}")
-        return parse_listing(listing.stdout)
+        listing = self.run(
+            f"[ -L {outputs} ] && echo L; "
+            f"find {outputs} -mindepth 1 -maxdepth {depth} ! -type d -printf '%y\\t%s\\t%P\\0' 2>/dev/null "
+            f"| tr '\\0\\n' '\\n\\0' | head -n {limit + 1}; "
+            f"find {outputs} -mindepth {depth + 1} ! -type d -printf 'D\\n' -quit 2>/dev/null; true",
+            timeout=300)
+        return parse_listing(listing.stdout, limit)
 
     def whoami(self) -> str:
         """The name the backend acts as on the cluster (what a linked account's key logs in as)."""
@@ -343,11 +358,26 @@ class Backend(ABC):
             self.transport.close()
 
 
-def parse_listing(stdout: str) -> list[RemoteFile]:
-    """`find -printf '%s\\t%P\\n'` output: one file a line, size then path."""
-    files = []
-    for line in stdout.splitlines():
-        size, _, path = line.partition("\t")
-        if size.isdigit() and path:
+def parse_listing(stdout: str, limit: int = MAX_LISTED_FILES) -> OutputListing:
+    """What `list_outputs`' command printed, a line each: `type TAB size TAB path` as find's `%y\\t%s\\t%P` (type "f"
+    a regular file; a newline in the path arrives as NUL), "L" (outputs/ is a symbolic link) or "D" (something
+    lies deeper than listed). More than `limit` entries: the first `limit`, and `more`."""
+    files, not_files, flags, entries = [], [], set(), 0
+    for line in stdout.split("\n"):
+        if line in ("L", "D"):
+            flags.add(line)
+            continue
+        kind, _, rest = line.partition("\t")
+        size, _, path = rest.partition("\t")
+        if not kind or not size.isdigit() or not path:
+            continue
+        entries += 1
+        if entries > limit:
+            flags.add("more")
+            continue
+        path = path.replace("\0", "\n")
+        if kind == "f":
             files.append(RemoteFile(path, int(size)))
-    return files
+        else:
+            not_files.append(path)
+    return OutputListing(files, not_files, more="more" in flags, deeper="D" in flags, outputs_link="L" in flags)

@@ -178,6 +178,20 @@ class RemoteFile:
 
 
 @dataclass(frozen=True)
+class OutputListing:
+    """What a job left in its outputs/ directory, as its backend lists it: the regular files (`RemoteFile`s),
+    the paths of what is not one (symbolic links, pipes, sockets: never followed, never read), whether the listing
+    stopped at its limit (`more`), whether anything lies deeper than the depth listed (`deeper`), and whether
+    outputs/ itself is a symbolic link (`outputs_link`: then nothing under it is listed)."""
+
+    files: list[RemoteFile] = field(default_factory=list)
+    not_files: list[str] = field(default_factory=list)
+    more: bool = False
+    deeper: bool = False
+    outputs_link: bool = False
+
+
+@dataclass(frozen=True)
 class Load:
     """How busy a cluster is now, as its scheduler says (None: this scheduler does not say). Asked for by the
     health beat (Backend.load) and shown beside the places a job may run; never asked for in a web request."""

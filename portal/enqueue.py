@@ -17,9 +17,10 @@ FETCH_OUTPUT = "portal.jobs.tasks.fetch_output_task"
 RECORD_HEALTH_CHECK = "portal.jobs.tasks.record_health_check_task"
 VERIFY_ACCOUNT = "portal.clusters.tasks.verify_account_task"
 VERIFY_DATASET = "portal.storage.tasks.verify_dataset_task"
+VERIFY_UPLOAD = "portal.storage.tasks.verify_upload_task"
 SEND_NOTIFICATION_EMAIL = "portal.notifications.tasks.send_notification_email_task"
 
-TASKS = (DISPATCH_JOB, CANCEL_JOB, FETCH_OUTPUT, RECORD_HEALTH_CHECK, VERIFY_ACCOUNT, VERIFY_DATASET,
+TASKS = (DISPATCH_JOB, CANCEL_JOB, FETCH_OUTPUT, RECORD_HEALTH_CHECK, VERIFY_ACCOUNT, VERIFY_DATASET, VERIFY_UPLOAD,
          SEND_NOTIFICATION_EMAIL)
 
 

@@ -51,6 +51,14 @@ def env_float(name: str, default: float) -> float:
     return _env_number(name, default, float, "a number")
 
 
+def env_positive_int(name: str, default: int) -> int:
+    """A whole number of 1 or more (a count or a limit, where 0 or less would silently mean "nothing")."""
+    value = env_int(name, default)
+    if value < 1:
+        raise EnvError(f"{name}={os.environ.get(name)!r} must be 1 or more")
+    return value
+
+
 def env_list(name: str, default: list[str] | None = None) -> list[str]:
     raw = os.environ.get(name)
     if raw is None:

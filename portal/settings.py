@@ -17,7 +17,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.env import env_bool, env_choices, env_float, env_int, env_list, env_str, env_url
+from portal.env import env_bool, env_choices, env_float, env_int, env_list, env_positive_int, env_str, env_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("KAKEHASHI_VAR_DIR", str(BASE_DIR / "var")))
@@ -347,6 +347,10 @@ KAKEHASHI_CLOUD_GRACE_SECONDS = env_int("KAKEHASHI_CLOUD_GRACE_SECONDS", 300)
 KAKEHASHI_LOCAL_JOBS_DIR = env_str("KAKEHASHI_LOCAL_JOBS_DIR", str(VAR_DIR / "jobs"))
 # Bytes of a finished job's outputs/ copied into the portal's storage (the rest stays on the cluster, listed).
 KAKEHASHI_OUTPUT_COPY_BYTES = env_int("KAKEHASHI_OUTPUT_COPY_BYTES", 64 * 1024 * 1024)
+# How much of a finished job's outputs/ is collected: files listed at most, folders deep at most. What lies
+# beyond is not collected, and the job's page and the API say so.
+KAKEHASHI_OUTPUT_MAX_FILES = env_positive_int("KAKEHASHI_OUTPUT_MAX_FILES", 10_000)
+KAKEHASHI_OUTPUT_MAX_DEPTH = env_positive_int("KAKEHASHI_OUTPUT_MAX_DEPTH", 32)
 KAKEHASHI_MAX_SCRIPT_BYTES = env_int("KAKEHASHI_MAX_SCRIPT_BYTES", 256 * 1024)
 KAKEHASHI_MAX_NOTEBOOK_BYTES = env_int("KAKEHASHI_MAX_NOTEBOOK_BYTES", 16 * 1024 * 1024)
 # Notebooks arrive as JSON bodies: allow bodies up to the notebook limit plus room for the rest of the request.

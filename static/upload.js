@@ -20,6 +20,7 @@
   const partSizes = new WeakMap(); // File -> the part size the portal chose for its upload
   const sayers = new Map(); // Uppy file id -> its line's updater
   const digests = new Map(); // Uppy file id -> promise of the whole file's SHA-256 (hex)
+  const verifying = new Set(); // Uppy file ids whose file a worker is still hashing whole in the store
   let hashing = Promise.resolve(); // files are hashed one after another, alongside the uploads
 
   async function api(method, url, body) {
@@ -108,6 +109,7 @@
         sha256: await digests.get(file.id),
         parts: parts.filter((p) => p.ETag).map((p) => ({ number: p.PartNumber, etag: p.ETag })),
       });
+      if (stored.state === "verifying") verifying.add(file.id);
       return { location: stored.download_url };
     },
     abortMultipartUpload: async (file) => { await api("DELETE", file.meta.uploadUrl); },
@@ -137,7 +139,8 @@
   });
   uppy.on("upload-success", (file) => {
     done.set(file.id, file.size);
-    sayers.get(file.id)("uploaded", "done");
+    // A file of several parts is hashed whole in the store by a worker before it is ready (the list says when).
+    sayers.get(file.id)(verifying.has(file.id) ? "uploaded; its SHA-256 is being verified" : "uploaded", "done");
     showProgress();
   });
   uppy.on("upload-error", (file, error) => {

@@ -357,6 +357,8 @@ def cmd_outputs(args: argparse.Namespace) -> int:
             for item in outputs:
                 where = "" if item.get("url") else "  (left on the cluster)"
                 print(f"{_size(item['size']):>10}  {item['path']}{where}")
+        for note in job.get("outputs_not_collected") or []:
+            print(f"outputs: {note}", file=sys.stderr)
         return EXIT_OK
     wanted = next((item for item in outputs if item["path"] == args.get), None)
     if wanted is None:
@@ -442,7 +444,11 @@ def cmd_upload(args: argparse.Namespace) -> int:
             raise Refused(f"{dest}: {exc}; run the same command again to resume") from None
         results.append(stored)
         if not args.json:
-            print(f"{verb} {stored['path']} ({_size(stored['size'])}, sha256 {stored['sha256'][:16]}…) in {stored['project']}.")
+            # A file of several parts is hashed whole in the store by a worker before jobs may use it.
+            note = (" Its SHA-256 is being verified in the store: the Data page says when it is ready for jobs."
+                    if stored.get("state") == "verifying" else "")
+            print(f"{verb} {stored['path']} ({_size(stored['size'])}, sha256 {stored['sha256'][:16]}…) in "
+                  f"{stored['project']}.{note}")
     if args.json:
         _print_json(results[0] if len(results) == 1 and not os.path.isdir(args.path) else results)
     return EXIT_OK

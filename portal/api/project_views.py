@@ -184,6 +184,8 @@ class FileDownloadView(ApiView):
         parameters=[SLUG_PARAM],
         responses={(200, "application/octet-stream"): OpenApiTypes.BINARY,
                    302: OpenApiResponse(description="Location: a presigned GET of the object store"),
+                   409: error("the file is still being verified (`verifying`): its whole-file SHA-256 is checked "
+                              "after upload"),
                    **COMMON_ERRORS, **NOT_FOUND},
         summary="Download a file (with an object store: a redirect to a short-lived presigned URL; Range works)",
     )
@@ -216,7 +218,7 @@ class DatasetListCreateView(ListView):
 
     @extend_schema(
         parameters=[SLUG_PARAM], request=DatasetCreateSerializer,
-        responses={201: DatasetSerializer, **BAD_INPUT, 409: error("the project has a dataset of this name"),
+        responses={201: DatasetSerializer, **BAD_INPUT, 409: error("the project has a dataset of this name, or its file is still being verified"),
                    **COMMON_ERRORS, **NOT_FOUND},
         summary="Name a file or folder of the project as a dataset, or (project admins) register a cluster path, "
                 "which a worker then checks on the cluster (state `checking`, then `ready` or `refused`)",

@@ -28,7 +28,8 @@ def projects_with_role(user) -> QuerySet[Project]:
 
 
 def project_or_404(user, slug: str, *, field: str | None = None) -> Project:
-    project = access.with_membership(user, slug) if isinstance(slug, str) else None
+    # A NUL byte cannot reach PostgreSQL (it refuses it in text: a 500): no slug has one, so no such project.
+    project = access.with_membership(user, slug) if isinstance(slug, str) and "\x00" not in slug else None
     if project is None:
         raise NotFound(f"project {slug!r} not found (or you are not a member of it)", field=field)
     return project

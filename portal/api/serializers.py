@@ -21,7 +21,7 @@ from portal.jobs.actions import format_walltime
 from portal.jobs.models import Job, JobState
 from portal.jobs.specs import attached_datasets
 from portal.projects.models import Role
-from portal.storage.models import DatasetKind, DatasetState
+from portal.storage.models import DatasetKind, DatasetState, FileState
 
 # ------------------------------------------------------------------------------------------------- common
 
@@ -286,6 +286,10 @@ class JobSerializer(serializers.Serializer):
     )
     datasets = serializers.SerializerMethodField(help_text="the datasets it was given, each at $KAKEHASHI_DATA/<name>")
     outputs = serializers.SerializerMethodField(help_text="files the job left in outputs/: path, size, url")
+    outputs_not_collected = serializers.ListField(
+        child=serializers.CharField(), read_only=True,
+        help_text="what of outputs/ did not come back, and why (\"3 files not collected: names with control "
+                  "characters\", \"only the first 10000 files were collected\"); empty when all of it did")
     url = serializers.SerializerMethodField(help_text="the job's page in the portal")
 
     @extend_schema_field(serializers.ChoiceField(choices=JOB_STATES))
@@ -465,6 +469,9 @@ class FileSerializer(serializers.Serializer):
     path = serializers.CharField()
     size = serializers.IntegerField()
     sha256 = serializers.CharField()
+    state = serializers.ChoiceField(choices=FileState.choices, help_text="verifying: a file of several parts whose "
+                                    "whole-file SHA-256 a worker is checking in the store; not downloadable nor "
+                                    "usable by jobs until ready (a mismatch removes it: its upload says why)")
     uploaded_by = serializers.SerializerMethodField()
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()

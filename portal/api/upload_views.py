@@ -31,7 +31,7 @@ CONFLICT = {409: error("the upload is already complete or was aborted (`code` sa
 
 
 # An upload's states as the API reports them (settings' UploadStateEnum names them).
-UPLOAD_STATES = ["open", "completed", "aborted"]
+UPLOAD_STATES = ["open", "completed", "aborted", "refused"]
 
 
 class UploadCreateSerializer(serializers.Serializer):
@@ -50,8 +50,9 @@ class UploadSerializer(serializers.Serializer):
     sha256 = serializers.CharField()
     part_size = serializers.IntegerField(help_text="every part but the last has exactly this many bytes")
     part_count = serializers.IntegerField()
-    state = serializers.ChoiceField(choices=UPLOAD_STATES)
-    reason = serializers.CharField(help_text="why it was aborted")
+    state = serializers.ChoiceField(choices=UPLOAD_STATES, help_text="refused: completed, then the whole object's "
+                                    "SHA-256 was not the one given, so the file was removed")
+    reason = serializers.CharField(help_text="why it was aborted or refused")
     resumed = serializers.SerializerMethodField(help_text="true: your open upload of the same file, to continue")
     created_at = serializers.DateTimeField()
     parts_url = serializers.SerializerMethodField()
@@ -201,6 +202,10 @@ class UploadCompleteView(_View):
                    413: error("the quota no longer holds the file (the upload is aborted)"),
                    **STORE_DOWN, **COMMON_ERRORS, **NOT_FOUND},
         summary="Complete an upload: sizes and checksums are checked, then the file is listed",
+        description="A file of one part is verified here and ready at once. A file of several parts is listed with "
+                    "`state: verifying` while a worker hashes the joined object in the store: follow the upload "
+                    "(`GET uploads/{id}/`) until its file is `ready`, or the upload is `refused` (the SHA-256 was "
+                    "not the file's: the object is deleted and `reason` says so).",
     )
     def post(self, request, slug: str, upload_id):
         session = self.upload(request, slug, upload_id)

@@ -138,6 +138,9 @@ class Job(models.Model):
 
     # What the job reported in outputs/metrics.json (a flat object of numbers), read when its outputs are collected.
     metrics = models.JSONField(default=dict, blank=True)
+    # What of outputs/ was not collected, and why, in sentences ("3 files not collected: names with control
+    # characters"); empty when everything came back (portal/jobs/outputs.py).
+    outputs_not_collected = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["-id"]

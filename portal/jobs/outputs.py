@@ -2,15 +2,22 @@
 and, for a health check, its measurements.
 
 Web requests never reach a cluster (docs/decisions/0004): they read what a worker fetched, and ask for more
-with `request_output_refresh`. Names come from the cluster, so they are untrusted: only plain relative paths are
-kept. With an object store, every file of outputs/ is streamed into it under the job (`jobs/<uuid>/outputs/`) and
+with `request_output_refresh`. Names come from the cluster, so they are untrusted: any relative path that is a
+valid object key under the job is kept (UTF-8, spaces and any script: `run 1/log.txt`, `結果.csv`), and a name with
+control characters, one that is not UTF-8, or one too long for a key is not. The backend lists without following
+symbolic links (a link is never read, so nothing outside outputs/ comes back through one), at most
+KAKEHASHI_OUTPUT_MAX_FILES entries and KAKEHASHI_OUTPUT_MAX_DEPTH levels. Whatever is left out is counted and said
+in `Job.outputs_not_collected`, which the job's page and the API show: nothing is dropped silently.
+
+With an object store, every file of outputs/ is streamed into it under the job (`jobs/<uuid>/outputs/`) and
 downloaded by presigned GETs; on the portal's disk (`make run`) files are copied up to a per-job budget
 (KAKEHASHI_OUTPUT_COPY_BYTES) and larger ones are listed and stay on the cluster.
 """
 
 from __future__ import annotations
 
-import re
+import unicodedata
+from collections import Counter
 
 from django.conf import settings
 from django.core.cache import cache
@@ -27,13 +34,35 @@ from portal.jobs.models import FINAL_STATES, Job, JobArtifact, JobOutput, JobSta
 from portal.storage import objectstore
 from portal.storage.actions import save_job_output, stream_job_output
 
-_SAFE_PATH = re.compile(r"[A-Za-z0-9_.+=,@-]+(/[A-Za-z0-9_.+=,@-]+)*")
-MAX_FILES = 200
 OUTPUT_CAP = 8 * 1024 * 1024  # bytes of each stream kept in the portal; the rest stays on the cluster
+KEY_BYTES = 1024  # S3's longest key
+PATH_CHARS = JobArtifact._meta.get_field("path").max_length
 
 
-def _safe(path: str) -> bool:
-    return bool(_SAFE_PATH.fullmatch(path)) and not any(part in {".", ".."} for part in path.split("/"))
+def key_problem(job_uuid, path: str) -> str | None:
+    """Why `path` (relative to outputs/, as a backend listed it) cannot be kept as `jobs/<uuid>/outputs/<path>`,
+    in words that complete "N files not collected: ..."; None if it can."""
+    if "\ufffd" in path:  # the transport decoded bytes that are not UTF-8 as U+FFFD
+        return "names that are not valid UTF-8"
+    if any(unicodedata.category(ch) in ("Cc", "Cs") or ch in "\ufffe\uffff" for ch in path):
+        return "names with control characters"
+    if path.startswith("/") or any(part in ("", ".", "..") for part in path.split("/")):
+        return "names that are not plain relative paths"
+    if len(path) > PATH_CHARS or len(f"jobs/{job_uuid}/outputs/{path}".encode()) > KEY_BYTES:
+        return "names too long for an object key"
+    return None
+
+
+def _not_collected(skipped: Counter, listing, limit: int, depth: int) -> list[str]:
+    """The sentences the job's page and the API show for what of outputs/ did not come back."""
+    notes = [f"{n} file{'s' if n != 1 else ''} not collected: {reason}" for reason, n in sorted(skipped.items())]
+    if listing.outputs_link:
+        notes.append("outputs/ is a symbolic link: links are not followed, so nothing was collected")
+    if listing.more:
+        notes.append(f"only the first {limit} files were collected (KAKEHASHI_OUTPUT_MAX_FILES)")
+    if listing.deeper:
+        notes.append(f"files more than {depth} folders deep were not collected (KAKEHASHI_OUTPUT_MAX_DEPTH)")
+    return notes
 
 
 def _backend(job: Job):
@@ -102,9 +131,15 @@ def collect_artifacts(job: Job) -> list[JobArtifact]:
 def _collect(job: Job) -> list[JobArtifact]:
     backend = _backend(job)
     budget = settings.KAKEHASHI_OUTPUT_COPY_BYTES
+    limit, depth = settings.KAKEHASHI_OUTPUT_MAX_FILES, settings.KAKEHASHI_OUTPUT_MAX_DEPTH
+    listing = backend.list_outputs(job.remote_dir, limit=limit, depth=depth)
+    skipped: Counter[str] = Counter("symbolic links or other files that are not regular files"
+                                    for _ in listing.not_files)
     artifacts = []
-    for remote in backend.list_outputs(job.remote_dir, limit=MAX_FILES):
-        if not _safe(remote.path):
+    for remote in listing.files:
+        problem = key_problem(job.uuid, remote.path)
+        if problem:
+            skipped[problem] += 1
             continue
         stored_name = ""
         if remote.path == METRICS_FILE:  # the documented way a job reports numbers (portal/jobs/metrics.py)
@@ -120,8 +155,9 @@ def _collect(job: Job) -> list[JobArtifact]:
             if len(data) == remote.size:
                 stored_name = save_job_output(job.uuid, remote.path, data)
                 budget -= remote.size
-        artifacts.append(JobArtifact.objects.create(job=job, path=remote.path, size=remote.size, stored_name=stored_name))
-    return artifacts
+        artifacts.append(JobArtifact(job=job, path=remote.path, size=remote.size, stored_name=stored_name))
+    transitions.record_outputs_not_collected(job, _not_collected(skipped, listing, limit, depth))
+    return JobArtifact.objects.bulk_create(artifacts)
 
 
 def record_health_check(job_id: int) -> dict | None:

@@ -328,6 +328,13 @@ def record_metrics(job: Job, metrics: dict) -> None:
     Job.objects.filter(pk=job.pk).update(metrics=metrics)
 
 
+def record_outputs_not_collected(job: Job, notes: list[str]) -> None:
+    """What of the job's outputs/ did not come back, and why (portal/jobs/outputs.py): bookkeeping, as
+    `record_metrics`."""
+    job.outputs_not_collected = notes
+    Job.objects.filter(pk=job.pk).update(outputs_not_collected=notes)
+
+
 def mark_seen(job_ids: Sequence[int], at: datetime) -> None:
     """The scheduler still knows these jobs (what tells a quiet job from a lost one)."""
     if job_ids:

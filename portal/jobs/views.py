@@ -279,7 +279,7 @@ def job_detail(request, pk: int):
         # The final fetch marks the logs complete, then collects outputs/: stop once that had time to happen,
         # or a page polling in between would never show the files (a notebook job's executed notebook).
         collected = job.outputs.filter(complete=True, fetched_at__lt=timezone.now() - COLLECT_GRACE).exists()
-        if job.is_final and (job.artifacts.exists() or collected):
+        if job.is_final and (job.artifacts.exists() or job.outputs_not_collected or collected):
             response.status_code = STOP_POLLING
         return response
     return render(request, "jobs/detail.html", _detail_context(request, job))

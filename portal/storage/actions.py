@@ -34,7 +34,7 @@ from portal.storage.errors import (  # noqa: F401 - the refusals callers catch, 
     StoreUnavailable,
     UploadConflict,
 )
-from portal.storage.models import StoredFile
+from portal.storage.models import FileState, StoredFile
 
 log = logging.getLogger(__name__)
 
@@ -203,8 +203,12 @@ def store_file(user, project: Project, upload, *, path: str | None = None, overw
 
 def download_url(user, stored: StoredFile) -> str | None:
     """A short-lived presigned GET of the object store for a stored file (Range requests work), or None when
-    files live on the portal's own disk and the caller streams them with open_file."""
+    files live on the portal's own disk and the caller streams them with open_file. A file still being verified
+    cannot be downloaded (its bytes may not be the file)."""
     access.require(user, stored.project, "view")
+    if stored.state == FileState.VERIFYING:
+        raise UploadConflict(f"{stored.path} is being verified (its whole-file SHA-256 is checked after upload): "
+                             "download it once it is ready", code="verifying")
     if not objectstore.configured():
         return None
     return objectstore.presigned_download(stored.storage_name, stored.filename, settings.KAKEHASHI_DOWNLOAD_URL_SECONDS)

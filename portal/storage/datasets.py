@@ -28,8 +28,8 @@ from portal.projects import access
 from portal.projects.models import Project
 from portal.storage import objectstore
 from portal.storage.actions import clean_path
-from portal.storage.errors import FileExists, FileMissing, StorageError
-from portal.storage.models import Dataset, DatasetKind, DatasetState, StoredFile
+from portal.storage.errors import FileExists, FileMissing, StorageError, UploadConflict
+from portal.storage.models import Dataset, DatasetKind, DatasetState, FileState, StoredFile
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +87,9 @@ def create_dataset(user, project: Project, *, name: object, path: object = None,
         stored = StoredFile.objects.filter(project=project, path=clean).first()
         if stored is None:
             raise FileMissing(f"project {project.slug} has no file {clean}", field="path")
+        if stored.state == FileState.VERIFYING:
+            raise UploadConflict(f"{clean} is being verified (its whole-file SHA-256 is checked after upload): name "
+                                 "it as a dataset once the Data page shows it ready", code="verifying", field="path")
         dataset.kind, dataset.stored_file, dataset.size, dataset.sha256 = DatasetKind.FILE, stored, stored.size, stored.sha256
     elif prefix not in (None, ""):
         clean = clean_path(str(prefix).rstrip("/"))
@@ -118,7 +121,9 @@ def create_dataset(user, project: Project, *, name: object, path: object = None,
 
 
 def _folder_files(project: Project, prefix: str):
-    return StoredFile.objects.filter(project=project, path__startswith=prefix + "/").order_by("path")
+    """The ready files under `prefix/` (one still being verified is not yet a file a job may read)."""
+    return StoredFile.objects.filter(project=project, path__startswith=prefix + "/",
+                                     state=FileState.READY).order_by("path")
 
 
 def verify_dataset(dataset_id: int, user_id: int) -> str:
@@ -153,7 +158,8 @@ def attachable(project: Project, names: object) -> list[Dataset]:
         raise StorageError("datasets must be a list of dataset names", field="datasets")
     if len(set(names)) != len(names):
         raise StorageError("a dataset is attached twice", field="datasets")
-    found = {d.name: d for d in Dataset.objects.filter(project=project, name__in=list(names))}
+    found = {d.name: d for d in Dataset.objects.filter(project=project, name__in=list(names)).select_related(
+        "stored_file")}
     chosen = []
     for name in names:
         dataset = found.get(name)
@@ -163,6 +169,9 @@ def attachable(project: Project, names: object) -> list[Dataset]:
             why = f": {dataset.reason}" if dataset.reason else ""
             raise StorageError(f"dataset {name} is not ready ({dataset.get_state_display().lower()}{why})",
                                field="datasets")
+        if dataset.stored_file is not None and dataset.stored_file.state == FileState.VERIFYING:
+            raise StorageError(f"dataset {name} is not ready: its file {dataset.stored_file.path} was replaced and the "
+                               "new bytes are being verified; try again in a moment", field="datasets")
         chosen.append(dataset)
     return chosen
 
@@ -209,6 +218,9 @@ def data_inputs(datasets: Iterable[Dataset], cluster: Cluster) -> list[DataInput
         if dataset.kind != DatasetKind.CLUSTER_PATH:
             _check_cloud_reach(dataset, cluster)
         if dataset.kind == DatasetKind.FILE:
+            if dataset.stored_file.state == FileState.VERIFYING:
+                raise DataRefused(f"dataset {dataset.name}: its file {dataset.stored_file.path} was replaced and the "
+                                  "new bytes are still being verified; submit the job again once it is ready")
             inputs.append(DataInput(dataset.name, files=[_data_file("", dataset.stored_file)]))
         elif dataset.kind == DatasetKind.FOLDER:
             files = list(_folder_files(dataset.project, dataset.prefix)[:MAX_FOLDER_FILES])

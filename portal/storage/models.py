@@ -6,6 +6,13 @@ from django.conf import settings
 from django.db import models
 
 
+class FileState(models.TextChoices):
+    READY = "ready", "Ready"
+    # A file of several parts, until a worker has hashed the joined object and found the SHA-256 the uploader gave
+    # (portal/storage/verify.py): listed, but not downloadable, not a dataset's, not staged to any job.
+    VERIFYING = "verifying", "Verifying"
+
+
 class StoredFile(models.Model):
     """A file in a project's shared storage: its place in the project (`path`) and where the bytes are.
 
@@ -21,6 +28,7 @@ class StoredFile(models.Model):
     storage_name = models.CharField(max_length=1024)
     size = models.PositiveBigIntegerField()
     sha256 = models.CharField(max_length=64)
+    state = models.CharField(max_length=10, choices=FileState.choices, default=FileState.READY)
     uploaded_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -41,6 +49,8 @@ class UploadState(models.TextChoices):
     OPEN = "open", "Uploading"
     COMPLETED = "completed", "Completed"
     ABORTED = "aborted", "Aborted"
+    # Completed, then the whole object's SHA-256 was not the one given: the object was deleted (`reason` says so).
+    REFUSED = "refused", "Refused"
 
 
 class UploadSession(models.Model):
@@ -61,7 +71,12 @@ class UploadSession(models.Model):
     upload_id = models.CharField(max_length=1024, blank=True)  # S3's
     overwrite = models.BooleanField(default=False)
     state = models.CharField(max_length=10, choices=UploadState.choices, default=UploadState.OPEN)
-    reason = models.CharField(max_length=500, blank=True)  # why it was aborted
+    reason = models.CharField(max_length=500, blank=True)  # why it was aborted or refused
+    # A completed upload that replaced a file, until its bytes are verified: the file's previous object (kept, and
+    # put back if the new bytes are refused) with its size and SHA-256.
+    replaced_key = models.CharField(max_length=1024, blank=True)
+    replaced_size = models.PositiveBigIntegerField(null=True, blank=True)
+    replaced_sha256 = models.CharField(max_length=64, blank=True)
     stored_file = models.ForeignKey(StoredFile, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)

@@ -1,15 +1,24 @@
+from botocore.exceptions import BotoCoreError
 from celery import shared_task
 
 from backends.base import BackendError, TransportError
-from portal.storage import datasets, uploads
+from portal.storage import datasets, uploads, verify
+from portal.storage.errors import StorageError
+from portal.storage.objectstore import ObjectStoreError
 
 
 @shared_task
 def abort_abandoned_uploads_task() -> int:
-    return uploads.abort_abandoned_uploads()
+    return uploads.abort_abandoned_uploads() + verify.lost_verifications()
 
 
 @shared_task(autoretry_for=(BackendError, TransportError), retry_backoff=5, max_retries=20,
              retry_while_database_away=True)
 def verify_dataset_task(dataset_id: int, user_id: int) -> str:
     return datasets.verify_dataset(dataset_id, user_id)
+
+
+# The store unreachable, or a read cut off mid-object (botocore's streaming errors): hash it again from the start.
+@shared_task(autoretry_for=(StorageError, ObjectStoreError, BotoCoreError), retry_backoff=5, max_retries=20)
+def verify_upload_task(session_id: str) -> str:
+    return verify.verify_upload(session_id)

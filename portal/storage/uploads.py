@@ -13,10 +13,12 @@ The flow (the same for the Data page's Uppy, `kakehashi upload` and any API clie
    one claimed), hands the store the part checksums it signed (the store checks them against the bytes it
    received and records their composite), and only then records a StoredFile. Or abort.
 
-How far the whole-file SHA-256 is verified: a file of one part is checked exactly (that part's SHA-256, checked by
-the store on arrival, is the file's). For a file of several parts, S3 cannot hash the joined object, so the
-portal records the uploader's whole-file SHA-256 next to a verified chain: each part's bytes match the SHA-256
-signed for it. Whoever reads the file later (staging to a cluster) hashes what arrives and compares.
+How far the whole-file SHA-256 is verified: a file of one part is checked exactly at completion (that part's SHA-256,
+checked by the store on arrival, is the file's). A file of several parts is listed as `verifying` at completion
+(not downloadable, not a dataset's, not staged to any job) and a worker (portal/storage/verify.py) reads the joined object
+back, hashing it as it streams (a few MiB of memory whatever the size): the SHA-256 the uploader gave makes it
+ready; any other deletes the object, frees the quota and refuses the upload, saying why. A file it replaced
+keeps its bytes until then (and is put back on a refusal).
 """
 
 from __future__ import annotations
@@ -35,12 +37,13 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from portal.audit.actions import record
+from portal.enqueue import VERIFY_UPLOAD, enqueue_on_commit
 from portal.projects import access
 from portal.projects.models import Project
 from portal.storage import objectstore, quota
 from portal.storage.actions import check_no_file_folder_clash, clean_path, storage_key
 from portal.storage.errors import FileExists, StorageError, StoreUnavailable, UploadConflict
-from portal.storage.models import StoredFile, UploadPart, UploadSession, UploadState
+from portal.storage.models import FileState, StoredFile, UploadPart, UploadSession, UploadState
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +75,7 @@ def _require_store() -> None:
             "with POST /api/v1/projects/<slug>/files/ instead", code="no_object_store")
 
 
-def _store_call(fn, *args):
+def store_call(fn, *args):
     try:
         return fn(*args)
     except objectstore.ObjectStoreError as exc:
@@ -142,20 +145,27 @@ def create_upload(user, project: Project, *, path: str, size: int, sha256: str |
         if existing is not None and not overwrite:
             raise FileExists(f"{clean} already exists in project {project.slug}; upload with overwrite to replace it",
                              field="path")
+        _not_verifying(existing)
         quota.check(project, size, freed=existing.size if existing is not None else 0)
         session = UploadSession(project=project, path=clean, key=_free_key(project, clean), size=size,
                                 sha256=sha256, part_size=part_size_for(size), overwrite=overwrite, created_by=user)
         if size == 0:
             # Nothing to send: the portal writes the empty object itself and the upload is complete at once.
-            _store_call(objectstore.put_empty_object, session.key)
+            store_call(objectstore.put_empty_object, session.key)
             session.save()
             _finish(user, session, existing)
             return session, False
         # Inside the transaction: if recording fails, the multipart upload is left to the abandoned-upload sweep.
-        session.upload_id = _store_call(objectstore.create_multipart_upload, session.key)
+        session.upload_id = store_call(objectstore.create_multipart_upload, session.key)
         session.save()
         record("upload.start", actor=user, project=project, target=session, path=clean, size=size, sha256=sha256)
     return session, False
+
+
+def _not_verifying(existing: StoredFile | None) -> None:
+    if existing is not None and existing.state == FileState.VERIFYING:
+        raise UploadConflict(f"{existing.path} is being verified (its whole-file SHA-256 is checked after upload); "
+                             "replace it once the Data page shows it ready", code="verifying", field="path")
 
 
 def _open(session: UploadSession) -> None:
@@ -164,6 +174,9 @@ def _open(session: UploadSession) -> None:
     if session.state == UploadState.ABORTED:
         raise UploadConflict(f"this upload of {session.path} was aborted ({session.reason}); start a new one",
                              code="aborted")
+    if session.state == UploadState.REFUSED:
+        raise UploadConflict(f"this upload of {session.path} was refused ({session.reason}); start a new one",
+                             code="refused")
 
 
 def _clean_part_checksum(value) -> str:
@@ -207,7 +220,7 @@ def uploaded_parts(user, session: UploadSession) -> list[tuple[objectstore.Part,
     _open(session)
     UploadSession.objects.filter(pk=session.pk).update(last_activity_at=timezone.now())
     signed = dict(session.parts.values_list("number", "sha256"))
-    parts = _store_call(objectstore.list_parts, session.key, session.upload_id)
+    parts = store_call(objectstore.list_parts, session.key, session.upload_id)
     return [(part, signed.get(part.number, "")) for part in parts]
 
 
@@ -255,8 +268,9 @@ def complete_upload(user, session: UploadSession, sha256: str | None = None,
         if existing is not None and not session.overwrite:
             raise FileExists(f"{session.path} was added to project {project.slug} since this upload started; "
                              "complete it with overwrite to replace that file", field="path")
+        _not_verifying(existing)
         check_no_file_folder_clash(project, session.path)  # again: a file "a" may have arrived meanwhile for "a/b"
-        parts = _store_call(objectstore.list_parts, session.key, session.upload_id, etags or {})
+        parts = store_call(objectstore.list_parts, session.key, session.upload_id, etags or {})
         signed = dict(session.parts.values_list("number", "sha256"))
         problems = _part_problems(session, parts, signed)
         if problems:
@@ -283,40 +297,48 @@ def complete_upload(user, session: UploadSession, sha256: str | None = None,
                 if exc.code != "NoSuchUpload" or objectstore.object_size(session.key) != session.size:
                     raise StoreUnavailable(f"the object store did not complete the upload ({exc.message})") from None
                 # NoSuchUpload with the object in place: completed before, but its reply was lost.
-            stored_size = _store_call(objectstore.object_size, session.key)
+            stored_size = store_call(objectstore.object_size, session.key)
             if stored_size != session.size:
                 objectstore.delete_object(session.key)
                 refusal = StorageError(f"the store holds {stored_size} bytes where {session.size} were announced: "
                                        "the upload was aborted; upload the file again", field="size")
             else:
-                return _finish(user, session, existing)
+                return _finish(user, session, existing, verify=session.part_count > 1)
     _abort(session, refusal.message)
     raise refusal
 
 
-def _finish(user, session: UploadSession, existing: StoredFile | None) -> StoredFile:
-    """Record the completed object as the project's file at the upload's path (in the caller's transaction)."""
+def _finish(user, session: UploadSession, existing: StoredFile | None, *, verify: bool = False) -> StoredFile:
+    """Record the completed object as the project's file at the upload's path (in the caller's transaction).
+    `verify`: a file of several parts, listed as verifying until portal/storage/verify.py has hashed it; a file it replaces
+    keeps its object (the session remembers it) until then."""
+    state = FileState.VERIFYING if verify else FileState.READY
+    replaced = {}
     if existing is None:
         stored = StoredFile.objects.create(project=session.project, path=session.path, storage_name=session.key,
-                                           size=session.size, sha256=session.sha256, uploaded_by=user)
+                                           size=session.size, sha256=session.sha256, uploaded_by=user, state=state)
         old_key = None
     else:
         old_key = existing.storage_name
-        existing.storage_name, existing.size, existing.sha256, existing.uploaded_by = (
-            session.key, session.size, session.sha256, user)
+        if verify and old_key != session.key:
+            replaced = {"replaced_key": old_key, "replaced_size": existing.size, "replaced_sha256": existing.sha256}
+        existing.storage_name, existing.size, existing.sha256, existing.uploaded_by, existing.state = (
+            session.key, session.size, session.sha256, user, state)
         existing.save()
         stored = existing
     UploadSession.objects.filter(pk=session.pk).update(state=UploadState.COMPLETED, stored_file=stored,
-                                                       ended_at=timezone.now())
+                                                       ended_at=timezone.now(), **replaced)
     session.state, session.stored_file = UploadState.COMPLETED, stored
     record("file.upload", actor=user, project=session.project, target=stored, path=stored.path, size=stored.size,
-           sha256=stored.sha256, replaced=old_key is not None, direct=True)
-    if old_key and old_key != session.key:
-        transaction.on_commit(lambda: _delete_quietly(old_key))
+           sha256=stored.sha256, replaced=old_key is not None, direct=True, verifying=verify)
+    if verify:
+        enqueue_on_commit(VERIFY_UPLOAD, str(session.pk))
+    elif old_key and old_key != session.key:
+        transaction.on_commit(lambda: delete_object_quietly(old_key))
     return stored
 
 
-def _delete_quietly(key: str) -> None:
+def delete_object_quietly(key: str) -> None:
     try:
         objectstore.delete_object(key)
     except objectstore.ObjectStoreError:
@@ -326,7 +348,7 @@ def _delete_quietly(key: str) -> None:
 def _abort(session: UploadSession, reason: str) -> None:
     """Abort in the store, then record it; a store that cannot be reached leaves it open for the sweep."""
     if session.upload_id:
-        _store_call(objectstore.abort_multipart_upload, session.key, session.upload_id)
+        store_call(objectstore.abort_multipart_upload, session.key, session.upload_id)
     UploadSession.objects.filter(pk=session.pk, state=UploadState.OPEN).update(
         state=UploadState.ABORTED, reason=reason[:500], ended_at=timezone.now())
     session.state, session.reason = UploadState.ABORTED, reason[:500]

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import FileResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 
 from portal.catalog.queries import submittable_projects
 from portal.projects import access
 from portal.storage import actions, objectstore, quota
 from portal.storage.forms import UploadForm
-from portal.storage.models import Dataset
+from portal.storage.models import Dataset, FileState, UploadState
 from portal.storage.queries import visible_files
+from portal.storage.uploads import visible_uploads
 
 
 @login_required
@@ -43,17 +47,24 @@ def data_page(request):
     files = visible_files(request.user)
     datasets = Dataset.objects.filter(project__in=access.visible_projects(request.user)).select_related(
         "project", "stored_file", "cluster")
+    # Your uploads refused after completion (their bytes were not the SHA-256 given) in the last week, with why.
+    refused = visible_uploads(request.user).filter(state=UploadState.REFUSED,
+                                                   ended_at__gte=timezone.now() - timedelta(days=7))
     project_filter = request.GET.get("project") or ""
     if project_filter:
         files = files.filter(project__slug=project_filter)
         datasets = datasets.filter(project__slug=project_filter)
+        refused = refused.filter(project__slug=project_filter)
     return render(request, "storage/data.html", {
         "direct_upload": objectstore.configured(),
         "upload_projects": projects,
         "quotas": [(p.slug, quota.usage(p)) for p in projects[:20]],
         "form": form,
-        "files": files[:500],
+        "files": (files := list(files[:500])),
+        # While a file is being verified the list refreshes itself, so it turns into a download link when ready.
+        "verifying": any(f.state == FileState.VERIFYING for f in files),
         "datasets": datasets[:500],
+        "refused_uploads": refused.order_by("-ended_at")[:50],
         "projects": access.visible_projects(request.user),
         "project_filter": project_filter,
         "can_upload": projects.exists(),
@@ -65,7 +76,11 @@ def data_page(request):
 @login_required
 def download(request, pk: int):
     stored = get_object_or_404(visible_files(request.user), pk=pk)
-    url = actions.download_url(request.user, stored)
+    try:
+        url = actions.download_url(request.user, stored)
+    except actions.StorageError as exc:
+        messages.error(request, exc.message)
+        return redirect("data")
     if url is not None:  # a presigned GET: the bytes come from the object store, never through the portal
         return redirect(url)
     try:

@@ -16,12 +16,14 @@ from datetime import timedelta
 import pytest
 import requests
 from django.conf import settings as django_settings
+from django.urls import reverse
 from django.utils import timezone
 
 from portal.projects.models import Membership, Role
-from portal.storage import uploads
-from portal.storage.models import StoredFile, UploadSession, UploadState
+from portal.storage import quota, uploads, verify
+from portal.storage.models import FileState, StoredFile, UploadSession, UploadState
 from portal.storage.tasks import abort_abandoned_uploads_task
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.django_db
 sys.path.insert(0, str(django_settings.BASE_DIR / "cli"))  # this checkout's CLI, whichever one is installed
@@ -95,7 +97,7 @@ def stored_bytes(object_store, key: str) -> bytes:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_200_mb_file_goes_to_the_store_in_parallel_parts_and_downloads_with_range(
-        live_server, local_site, issue, tmp_path, object_store):
+        live_server, local_site, issue, tmp_path, object_store, live_worker):
     # The CLI's uploader, driven from Python: the same requests `kakehashi upload` makes.
     from kakehashi_cli.client import Client
     from kakehashi_cli.upload import Uploader
@@ -108,10 +110,12 @@ def test_a_200_mb_file_goes_to_the_store_in_parallel_parts_and_downloads_with_ra
     client = Client(live_server.url, issue(local_site.alice, "read", "submit"))
     stored = Uploader(client, "vision", threads=4).upload_file(str(local), "datasets/imagenet-shard.tar")
 
-    assert stored["size"] == 200 * MiB and stored["sha256"] == sha_hex(data)
+    assert stored["size"] == 200 * MiB and stored["sha256"] == sha_hex(data) and stored["state"] == "verifying"
     session = UploadSession.objects.get()
     assert session.state == UploadState.COMPLETED and session.part_count == 40
-    row = StoredFile.objects.get()
+    # A worker reads the joined object back and hashes it: the file is usable only then.
+    row = wait_for(lambda: StoredFile.objects.filter(state=FileState.READY).first(), timeout=120,
+                   message="the worker to verify the whole file's SHA-256")
     assert row.storage_name == "projects/vision/datasets/imagenet-shard.tar"
     assert hashlib.sha256(stored_bytes(object_store, row.storage_name)).hexdigest() == sha_hex(data)
     assert store_uploads(object_store) == []
@@ -217,6 +221,94 @@ def test_a_file_whose_bytes_are_not_its_claimed_sha256_is_not_stored(alice_api, 
     assert "do not match its sha256" in refused.json()["detail"]
     assert UploadSession.objects.get().state == UploadState.ABORTED and not StoredFile.objects.exists()
     assert store_uploads(object_store) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_file_of_several_parts_is_hashed_whole_by_a_worker_and_refused_and_removed_if_its_sha256_is_wrong(
+        alice_api, local_site, object_store, live_worker):
+    right, wrong = os.urandom(11 * MiB), os.urandom(11 * MiB)
+    good = start(alice_api, right, path="good.bin").json()
+    etags = send(alice_api, good, parts_of(right, 5 * MiB))
+    answer = alice_api.post(f"{UPLOADS}{good['id']}/complete/", {"parts": etags})
+    assert answer.status_code == 201 and answer.json()["state"] == "verifying"
+    # The uploader claims a SHA-256 that is not its bytes': every part matches its own checksum, the whole does not.
+    bad = alice_api.post(UPLOADS, {"path": "bad.bin", "size": len(wrong), "sha256": sha_hex(right)}).json()
+    etags = send(alice_api, bad, parts_of(wrong, 5 * MiB))
+    answer = alice_api.post(f"{UPLOADS}{bad['id']}/complete/", {"parts": etags})
+    assert answer.status_code == 201 and answer.json()["state"] == "verifying"
+
+    ready = wait_for(lambda: StoredFile.objects.filter(path="good.bin", state=FileState.READY).first(), timeout=60,
+                     message="the good file verified")
+    assert alice_api.get(f"/api/v1/projects/vision/files/{ready.pk}/download/").status_code == 302
+    refused = wait_for(lambda: UploadSession.objects.filter(pk=bad["id"], state=UploadState.REFUSED).first(),
+                       timeout=60, message="the bad file refused")
+    assert "do not match its sha256" in refused.reason and sha_hex(wrong) in refused.reason
+    assert list(StoredFile.objects.values_list("path", flat=True)) == ["good.bin"]  # the bad one disappeared
+    wait_for(lambda: _gone(object_store, refused.key), timeout=30, message="the refused object deleted")
+    shown = alice_api.get(f"{UPLOADS}{bad['id']}/").json()
+    assert shown["state"] == "refused" and shown["reason"] == refused.reason and shown["file"] is None
+    assert quota.usage(local_site.project).stored == len(right)  # the quota no longer counts it
+    alice_api.client.force_login(local_site.alice)
+    page = alice_api.client.get(reverse("data")).content.decode()
+    assert "bad.bin" in page and "do not match its sha256" in page
+
+
+def _gone(object_store, key: str) -> bool:
+    try:
+        stored_bytes(object_store, key)
+    except Exception:  # noqa: BLE001 - NoSuchKey
+        return True
+    return False
+
+
+def test_a_file_being_verified_cannot_be_downloaded_named_as_a_dataset_or_replaced(alice_api, local_site, object_store):
+    data = os.urandom(6 * MiB)
+    upload = start(alice_api, data, path="checking.bin").json()
+    etags = send(alice_api, upload, parts_of(data, 5 * MiB))
+    stored = alice_api.post(f"{UPLOADS}{upload['id']}/complete/", {"parts": etags}).json()
+    assert stored["state"] == "verifying"
+    listed = alice_api.get("/api/v1/projects/vision/files/").json()
+    assert [(f["path"], f["state"]) for f in listed["results"]] == [("checking.bin", "verifying")]
+    download = alice_api.get(f"/api/v1/projects/vision/files/{stored['id']}/download/")
+    assert download.status_code == 409 and download.json()["code"] == "verifying"
+    named = alice_api.post("/api/v1/projects/vision/datasets/", {"name": "checking", "path": "checking.bin"})
+    assert named.status_code == 409 and "being verified" in named.json()["detail"]
+    again = start(alice_api, os.urandom(100), path="checking.bin", overwrite=True)
+    assert again.status_code == 409 and again.json()["code"] == "verifying"
+    assert verify.verify_upload(upload["id"]) == "verified"
+    assert StoredFile.objects.get().state == FileState.READY
+    assert alice_api.get(f"/api/v1/projects/vision/files/{stored['id']}/download/").status_code == 302
+    assert verify.verify_upload(upload["id"]) == "nothing to verify"  # a retried task changes nothing
+
+
+def test_a_replacement_whose_sha256_is_wrong_gives_the_file_its_old_bytes_back(alice_api, local_site, object_store):
+    old = os.urandom(100)
+    first = start(alice_api, old, path="model.pt").json()
+    send(alice_api, first, {1: old})
+    assert complete(alice_api, first).status_code == 201
+    old_key = StoredFile.objects.get().storage_name
+    new = os.urandom(6 * MiB)
+    replacing = alice_api.post(UPLOADS, {"path": "model.pt", "size": len(new), "sha256": sha_hex(old + b"!"),
+                                         "overwrite": True}).json()
+    etags = send(alice_api, replacing, parts_of(new, 5 * MiB))
+    assert alice_api.post(f"{UPLOADS}{replacing['id']}/complete/", {"parts": etags}).json()["state"] == "verifying"
+    assert stored_bytes(object_store, old_key) == old  # kept while the new bytes are checked
+    assert verify.verify_upload(replacing["id"]) == "refused"
+    row = StoredFile.objects.get()
+    assert (row.storage_name, row.size, row.sha256, row.state) == (old_key, len(old), sha_hex(old), FileState.READY)
+    assert UploadSession.objects.get(pk=replacing["id"]).state == UploadState.REFUSED
+
+
+def test_a_verification_lost_with_its_worker_is_asked_for_again_by_the_sweep(alice_api, object_store, monkeypatch):
+    data = os.urandom(6 * MiB)
+    upload = start(alice_api, data, path="lost.bin").json()
+    etags = send(alice_api, upload, parts_of(data, 5 * MiB))
+    alice_api.post(f"{UPLOADS}{upload['id']}/complete/", {"parts": etags})
+    asked = []
+    monkeypatch.setattr(verify, "enqueue", lambda task, *args: asked.append(args))
+    assert verify.lost_verifications() == 0  # being verified: touched just now
+    UploadSession.objects.filter(pk=upload["id"]).update(last_activity_at=timezone.now() - timedelta(minutes=11))
+    assert verify.lost_verifications() == 1 and asked == [(upload["id"],)]
 
 
 def test_tampered_and_expired_presigned_urls_are_refused_by_the_store(alice_api, settings, object_store):

@@ -256,7 +256,7 @@ def test_the_log_view_reads_the_jobs_cloudwatch_stream_and_outputs_come_from_the
     store, bucket = cloud_bucket
     store.client().put_object(Bucket=bucket, Key=f"{s.workdir}/outputs/model/weights.pt", Body=b"1234")
     store.client().put_object(Bucket=bucket, Key=f"{s.workdir}/stderr.log", Body=b"warning\n")
-    assert [(f.path, f.size) for f in backend.list_outputs(s.workdir)] == [("model/weights.pt", 4)]
+    assert [(f.path, f.size) for f in backend.list_outputs(s.workdir).files] == [("model/weights.pt", 4)]
     assert backend.read_file(s.workdir, "outputs/model/weights.pt") == b"1234"
     assert backend.read_output(s.workdir, "stderr") == b"warning\n"
     assert backend.read_file(s.workdir, "outputs/none") == b""

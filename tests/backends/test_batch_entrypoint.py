@@ -67,7 +67,7 @@ def test_the_entrypoint_pulls_the_input_runs_the_payload_and_pushes_outputs_and_
     done = run_as_batch(backend, job_id, store, tmp_path / "container")
     assert done.returncode == 0, done.stderr.decode()
     assert b"reading 3 points" in done.stdout  # what CloudWatch Logs would hold
-    assert sorted(f.path for f in backend.list_outputs(spec.workdir)) == ["plots/params.txt", "summary.txt"]
+    assert sorted(f.path for f in backend.list_outputs(spec.workdir).files) == ["plots/params.txt", "summary.txt"]
     assert backend.read_file(spec.workdir, "outputs/summary.txt") == b"sum 42\n"
     assert backend.read_file(spec.workdir, "outputs/plots/params.txt") == b"lr=0.01\n"
     assert backend.read_output(spec.workdir, "stderr").endswith(b"a warning\n")
@@ -129,7 +129,7 @@ def test_an_array_element_runs_in_its_own_directory_and_pushes_under_its_own_ind
     done = run_as_batch(backend, second, store, tmp_path / "container", AWS_BATCH_JOB_ARRAY_INDEX="1")
     assert done.returncode == 0, done.stderr.decode()
     assert backend.read_file(f"{spec.workdir}/2", "outputs/plots/params.txt") == b"lr=0.2\n"
-    assert backend.list_outputs(f"{spec.workdir}/1") == []
+    assert backend.list_outputs(f"{spec.workdir}/1").files == []
 
 
 JOB_PYTHON = Path("/opt/kakehashi-cluster/pyenv/bin")  # torch (CPU) as the test cluster's job environment has it

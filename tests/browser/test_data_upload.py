@@ -35,7 +35,7 @@ def _part_puts(page) -> list[str]:
 
 
 def test_files_and_a_folder_upload_straight_to_the_store_with_progress_and_are_listed(
-        page, live_server, local_site, tmp_path, small_parts, object_store, settings, shots):
+        page, live_server, local_site, tmp_path, small_parts, object_store, settings, shots, live_worker):
     from portal.storage.models import StoredFile
 
     weights = tmp_path / "weights.bin"
@@ -66,9 +66,12 @@ def test_files_and_a_folder_upload_straight_to_the_store_with_progress_and_are_l
         "datasets/cifar/train/batch_1.bin": (folder / "train" / "batch_1.bin").read_bytes(),
         "datasets/cifar/labels.txt": b"cat\ndog\n",
     }
+    # The file of five parts is listed as verifying until a worker has hashed it whole in the store; the list
+    # refreshes itself and shows it as a download once it is ready.
+    expect(page.locator("#upload-list")).to_contain_text("uploaded; its SHA-256 is being verified")
     for path, content in expected.items():
         row = _row(page, path)
-        expect(row).to_contain_text(hashlib.sha256(content).hexdigest()[:12])
+        expect(row).to_contain_text(hashlib.sha256(content).hexdigest()[:12], timeout=60_000)
         stored = StoredFile.objects.get(path=path)
         assert stored.size == len(content) and stored.sha256 == hashlib.sha256(content).hexdigest()
     expect(_row(page, "datasets/weights.bin")).to_contain_text("23.0 MiB")
@@ -83,7 +86,7 @@ def test_files_and_a_folder_upload_straight_to_the_store_with_progress_and_are_l
 
 
 def test_a_page_reloaded_mid_upload_resumes_from_the_parts_already_in_the_store(
-        page, live_server, local_site, tmp_path, small_parts, object_store, shots):
+        page, live_server, local_site, tmp_path, small_parts, object_store, shots, live_worker):
     from portal.storage.models import StoredFile, UploadSession
 
     data = os.urandom(28 * MiB)  # six parts
@@ -129,7 +132,7 @@ def test_a_page_reloaded_mid_upload_resumes_from_the_parts_already_in_the_store(
     assert UploadSession.objects.count() == 1
     stored = StoredFile.objects.get()
     assert stored.size == len(data) and stored.sha256 == hashlib.sha256(data).hexdigest()
-    expect(_row(page, "checkpoint.pt")).to_contain_text(stored.sha256[:12])
+    expect(_row(page, "checkpoint.pt")).to_contain_text(stored.sha256[:12], timeout=60_000)
     shots(page, "resumed")
 
 

@@ -317,7 +317,8 @@ def test_submit_with_data_gives_the_job_the_dataset_and_outputs_lists_and_downlo
     assert logged_in("datasets", "nlp").code == 3  # not a member: 404
     script = tmp_path / "reads.sh"
     script.write_text('sha256sum "$KAKEHASHI_DATA/weights" | tee "$KAKEHASHI_OUTPUT_DIR/digest.txt"\n'
-                      'cp "$KAKEHASHI_DATA/weights" "$KAKEHASHI_OUTPUT_DIR/copy.bin"\n')
+                      'cp "$KAKEHASHI_DATA/weights" "$KAKEHASHI_OUTPUT_DIR/copy.bin"\n'
+                      'ln -s "$KAKEHASHI_DATA/weights" "$KAKEHASHI_OUTPUT_DIR/link.bin"\n')
     unknown = logged_in("submit", str(script), "--project", "vision", "--hardware", "local-cpu", "--data", "nope")
     assert unknown.code == 3 and "[datasets]" in unknown.err and "no dataset named 'nope'" in unknown.err
     submitted = logged_in("--json", "submit", str(script), "--project", "vision", "--hardware", "local-cpu",
@@ -332,6 +333,8 @@ def test_submit_with_data_gives_the_job_the_dataset_and_outputs_lists_and_downlo
         time.sleep(0.5)
     listing = logged_in("outputs", str(job_id))
     assert listing.code == 0 and "digest.txt" in listing.out and "copy.bin" in listing.out
+    assert "link.bin" not in listing.out  # a link is not followed: said on stderr, not listed
+    assert "outputs: 1 file not collected: symbolic links or other files that are not regular files" in listing.err
     saved = tmp_path / "got.bin"
     got = logged_in("outputs", str(job_id), "--get", "copy.bin", "-o", str(saved))
     assert got.code == 0, got.err

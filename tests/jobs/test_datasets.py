@@ -21,6 +21,7 @@ from portal.storage import datasets, uploads
 from portal.storage.errors import StorageError
 from portal.storage.models import DatasetState
 from tests.conftest import ended_job, job_output, wait_for
+from tests.jobs.outputs_checks import AWKWARD_OUTPUTS, check_awkward_outputs
 
 pytestmark = [pytest.mark.cluster]
 MiB = 1024 * 1024
@@ -234,6 +235,16 @@ def test_large_outputs_come_back_to_the_object_store_whole_and_download_through_
             digest.update(chunk)
             size += len(chunk)
     assert (size, digest.hexdigest()) == (250 * MiB, written)
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_outputs_named_with_spaces_or_in_japanese_come_back_from_slurm_and_a_newline_or_a_link_is_said_not_collected(
+        data_site, live_worker, client):
+    job = _submit(data_site, "slurm-a100x1", AWKWARD_OUTPUTS, [], name="awkward-names")
+    job = wait_for(lambda: ended_job(job.pk), timeout=180, message="the job")
+    assert job.state == JobState.COMPLETED, job.state_reason
+    check_awkward_outputs(client, job)
 
 
 @pytest.mark.django_db

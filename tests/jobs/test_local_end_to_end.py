@@ -8,6 +8,7 @@ from django.urls import reverse
 
 from portal.jobs.models import Job, JobOutput, JobState
 from tests.conftest import wait_for
+from tests.jobs.outputs_checks import AWKWARD_OUTPUTS, check_awkward_outputs
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -113,6 +114,14 @@ def test_files_written_to_outputs_come_back_and_only_members_download_them(clien
     assert "plots/loss.png" in page
     client.force_login(local_site.mallory)
     assert client.get(reverse("job-artifact", args=[job.pk, result.pk])).status_code == 404
+
+
+def test_outputs_named_with_spaces_or_in_japanese_come_back_and_a_newline_or_a_link_is_said_not_collected(
+        client, local_site, live_worker):
+    _submit(client, local_site, AWKWARD_OUTPUTS, name="awkward-names")
+    job = Job.objects.get()
+    wait_for(lambda: _state(job.pk) in {JobState.COMPLETED, JobState.FAILED}, timeout=60, message="the job")
+    check_awkward_outputs(client, job)
 
 
 def test_a_working_directory_outside_the_rules_is_refused(client, local_site):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from portal.env import EnvError, env_bool, env_int
+from portal.env import EnvError, env_bool, env_int, env_positive_int
 
 ROOT = Path(__file__).resolve().parents[2]
 GOOD_KEY = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
@@ -63,6 +63,14 @@ def test_a_mistyped_boolean_names_the_variable(monkeypatch):
     monkeypatch.setenv("N", "ten")
     with pytest.raises(EnvError, match="N='ten'"):
         env_int("N", 1)
+
+
+def test_a_limit_of_zero_files_or_levels_of_outputs_is_refused_naming_the_variable(monkeypatch):
+    monkeypatch.setenv("KAKEHASHI_OUTPUT_MAX_FILES", "0")
+    with pytest.raises(EnvError, match="KAKEHASHI_OUTPUT_MAX_FILES='0' must be 1 or more"):
+        env_positive_int("KAKEHASHI_OUTPUT_MAX_FILES", 10_000)
+    monkeypatch.setenv("KAKEHASHI_OUTPUT_MAX_FILES", "25000")
+    assert env_positive_int("KAKEHASHI_OUTPUT_MAX_FILES", 10_000) == 25_000
 
 
 def test_an_object_store_is_configured_by_its_bucket_and_a_mistyped_address_is_named():
