@@ -258,6 +258,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
             print(f"; {text['available']} {budget['unit']} available, "
                   f"{text['after']} after this job" + ("" if budget["fits"] else " — the budget would refuse it"), end="")
         print()
+        if answer.get("places") is not None:
+            print()
+            _print_places("# Where this job's shape can run, cheapest first (change --hardware/--nodes to move it):",
+                          answer["places"])
     else:
         verb = "Submitted" if answer.get("created") else "Already submitted (same idempotency key)"
         print(f"{verb} job {answer['id']} ({answer['name']}) in {answer['project']} on {answer['hardware'] or answer['cluster']}: "
@@ -499,12 +503,18 @@ def cmd_places(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(answer)
         return EXIT_OK
-    print(f"Where {answer['shape']} can run, cheapest first:")
+    _print_places(f"Where {answer['shape']} can run, cheapest first:", answer["places"])
+    return EXIT_OK
+
+
+def _print_places(heading: str, places: list[dict[str, Any]]) -> None:
+    """The comparison before Run (`kakehashi places`, `submit --dry-run`): cost in the budget's unit and in the
+    reporting unit, and how busy each place is now, in the API's order (cheapest first)."""
+    print(heading)
     rows = [[p["cluster"], p["hardware"], f"{p['nodes']}×{p['gpus_per_node']}" if p["gpus_per_node"] else str(p["nodes"]),
-             _money(p["cost"]), _money(p["reporting_cost"]), p["busy"]] for p in answer["places"]]
+             _money(p["cost"]), _money(p["reporting_cost"]), p["busy"]] for p in places]
     print(_table(rows, ["CLUSTER", "HARDWARE", "NODES", "COST", "REPORTED", "HOW BUSY NOW"]) if rows
           else "Nowhere: no hardware of this project can run it.")
-    return EXIT_OK
 
 
 # ------------------------------------------------------------------------------------------------ parser

@@ -42,8 +42,30 @@ def spec(name="kh-0123456789-train", *, nodes=1, mapping=P4D, launcher=Launcher.
                    labels={"project": "vision", "job": "0123456789abcdef", "user": "alice"})
 
 
+def tags_of(name: str) -> dict[str, str]:
+    return {"kakehashi:cluster": "aws", "kakehashi:project": "vision", "kakehashi:job": "0123456789abcdef",
+            "kakehashi:user": "alice", "kakehashi:name": name}
+
+
 def described(backend, job_id) -> dict:
     return backend.aws.batch.describe_jobs(jobs=[job_id])["jobs"][0]
+
+
+def submit_as_sent(backend, s: JobSpec) -> tuple[str, dict]:
+    """Submit `s`; the job id and the submit_job request as it went to AWS (moto's describe_jobs does not echo
+    propagateTags back, AWS's does)."""
+    sent, event = [], "before-parameter-build.batch.SubmitJob"
+
+    def record(params, **_):
+        sent.append(dict(params))
+
+    backend.aws.batch.meta.events.register(event, record)
+    try:
+        job_id = backend.submit(s)
+    finally:
+        backend.aws.batch.meta.events.unregister(event, record)
+    assert len(sent) == 1
+    return job_id, sent[0]
 
 
 def definition_of(backend, job) -> dict:
@@ -105,19 +127,19 @@ def test_setup_refuses_a_cluster_without_its_network_saying_what_is_missing(aws_
 
 def test_a_single_node_job_gets_a_definition_with_its_gpus_walltime_and_tags_and_its_directory_in_the_bucket(
         backend, cloud_bucket):
-    job_id = backend.submit(spec())
+    job_id, request = submit_as_sent(backend, spec())
     job = described(backend, job_id)
     assert job["jobName"] == "kh-0123456789-train"
     assert job["jobQueue"].endswith("/kakehashi-aws-p4d-24xlarge-on-demand")
     assert job["timeout"] == {"attemptDurationSeconds": 7200}
-    assert job["tags"] == {"kakehashi:cluster": "aws", "kakehashi:project": "vision", "kakehashi:job": "0123456789abcdef",
-                           "kakehashi:user": "alice", "kakehashi:name": "kh-0123456789-train"}
+    assert job["tags"] == tags_of("kh-0123456789-train") and request["propagateTags"] is True
     definition = definition_of(backend, job)
     container = definition["containerProperties"]
     assert container["image"] == "nvcr.io/nvidia/pytorch:24.05-py3"
     assert {r["type"]: r["value"] for r in container["resourceRequirements"]} == {"GPU": "8", "VCPU": "96", "MEMORY": "1024000"}
     assert container["command"][:2] == ["python3", "-c"] and "def main()" in container["command"][2]
     assert definition["propagateTags"] is True and definition["timeout"] == {"attemptDurationSeconds": 7200}
+    assert definition["tags"] == tags_of("kh-0123456789-train")
     env = {e["name"]: e["value"] for e in container["environment"]}
     assert env["KAKEHASHI_S3_PREFIX"] == "kakehashi-jobs/kh-0123456789-train"
 
@@ -159,8 +181,14 @@ def test_a_multi_node_job_is_a_multi_node_parallel_job_whose_nodes_meet_at_the_m
     assert 'torchrun --nnodes=2 --nproc-per-node=8 --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"' in script
     assert '--rdzv-id="${KAKEHASHI_BATCH_JOB_ID:-kakehashi}"' in script
     assert 'echo "$KAKEHASHI_BATCH_MAIN_ADDR"' in script and "export NCCL_DEBUG=INFO" in script
-    job = described(backend, backend.submit(s))
-    assert definition_of(backend, job)["type"] == "multinode"
+    job_id, request = submit_as_sent(backend, s)
+    job = described(backend, job_id)
+    definition = definition_of(backend, job)
+    assert definition["type"] == "multinode"
+    # Tagged with whose it is and bounded by the walltime, as a single-node job: on the submit and its definition.
+    assert job["tags"] == definition["tags"] == tags_of("kh-0123456789-train")
+    assert job["timeout"] == definition["timeout"] == {"attemptDurationSeconds": 7200}
+    assert request["propagateTags"] is True and definition["propagateTags"] is True
     nodes = job["nodeProperties"]
     assert (nodes["numNodes"], nodes["mainNode"], nodes["nodeRangeProperties"][0]["targetNodes"]) == (2, 0, "0:")
     env = {e["name"]: e["value"] for e in nodes["nodeRangeProperties"][0]["container"]["environment"]}
@@ -171,8 +199,13 @@ def test_a_sweep_is_one_array_job_whose_elements_are_each_tracked_as_a_job(backe
     elements = tuple(ArrayElement(i, env={"LR": lr}) for i, lr in enumerate(["0.1", "0.01", "0.001"], start=1))
     s = spec(name="kh-0123456789-sweep", array=elements)
     assert 'export KAKEHASHI_ARRAY_INDEX="${KAKEHASHI_BATCH_ARRAY_ELEMENT:-}"' in backend.render(s)
-    array_id = backend.submit(s)
-    assert described(backend, array_id)["arrayProperties"]["size"] == 3
+    array_id, request = submit_as_sent(backend, s)
+    job = described(backend, array_id)
+    assert job["arrayProperties"]["size"] == 3
+    definition = definition_of(backend, job)
+    assert job["tags"] == definition["tags"] == tags_of("kh-0123456789-sweep")
+    assert job["timeout"] == definition["timeout"] == {"attemptDurationSeconds": 7200}
+    assert request["propagateTags"] is True and definition["propagateTags"] is True
     ids = [backend.element_id(array_id, i) for i in (1, 2, 3)]
     assert ids == [f"{array_id}:0", f"{array_id}:1", f"{array_id}:2"]
     statuses = backend.statuses(ids)

@@ -37,3 +37,25 @@ def test_places_prints_every_place_for_8_gpus_for_2_hours_cheapest_first(logged_
 def test_places_of_a_project_you_are_not_in_is_refused_as_not_found(logged_in, offers):
     result = logged_in("places", "--project", "nlp", "--gpus", "8")
     assert result.code == 3 and "not found" in result.err.lower(), (result.code, result.err)
+
+
+def test_a_dry_run_prints_the_same_comparison_as_places_below_the_script_and_estimate(logged_in, offers, tmp_path):
+    from portal.budgets.models import UnitConversion
+    from portal.jobs.models import Job
+
+    UnitConversion.objects.create(from_unit="points", to_unit="JPY", factor=Decimal("10"))
+    script = tmp_path / "train.sh"
+    script.write_text("echo training\n")
+    result = logged_in("submit", str(script), "--project", "vision", "--hardware", "a100x4", "--nodes", "2",
+                       "--walltime", "2h", "--dry-run")
+    assert result.code == 0, result.err
+    assert "Estimate: 20.00 points" in result.out and Job.objects.count() == 0
+    lines = result.out.splitlines()
+    heading = lines.index("# Where this job's shape can run, cheapest first (change --hardware/--nodes to move it):")
+    assert lines[heading + 1].split() == ["CLUSTER", "HARDWARE", "NODES", "COST", "REPORTED", "HOW", "BUSY", "NOW"]
+    # The rows `kakehashi places` prints for the same shape: cost in the budget's points and in yen, how busy.
+    assert lines[heading + 2].split()[:7] == ["local", "a100x4", "2×4", "20.00", "points", "200.00", "JPY"]
+    assert lines[heading + 3].split()[:7] == ["local", "a100x8", "1×8", "60.00", "points", "600.00", "JPY"]
+    assert "not checked yet" in lines[heading + 2] and len(lines) == heading + 4
+    places = logged_in("places", "--project", "vision", "--gpus", "a100:8", "--hours", "2")
+    assert places.out.splitlines()[1:] == lines[heading + 1:]

@@ -475,3 +475,46 @@ def test_a_clusters_cloud_key_is_stored_encrypted_and_never_shown_back(aws_site,
     assert secret not in credential.secret_encrypted and credential.secret() == secret
     page = admin_client.get(reverse("admin:clusters_cluster_change", args=[aws_site.aws.pk])).content.decode()
     assert credential.access_key_id in page and secret not in page and credential.secret_encrypted not in page
+
+
+def test_a_cluster_without_a_stored_key_runs_jobs_with_the_workers_own_credentials(aws_site, monkeypatch, tmp_path,
+                                                                                  moto_aws, request):
+    """An instance role on AWS: no CloudCredential, so boto3's default chain gives the worker's own credentials.
+    Here its first link, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, holds the test servers' key (the S3 server checks
+    signatures; moto takes any key)."""
+    from botocore.exceptions import ClientError
+
+    from backends.aws_batch import _client
+    from backends.base import BackendError
+    from portal.clusters.connect import access_for, cloud_client
+    from portal.clusters.models import CloudCredential
+
+    request.addfinalizer(_client.cache_clear)  # no client of this test's variables outlives it
+    CloudCredential.objects.filter(cluster=aws_site.aws).delete()
+    assert (access_for(aws_site.aws, None).key_id, access_for(aws_site.aws, None).secret) == ("", "")
+    # Nothing anywhere in the chain yet: no variables, no files, and no instance metadata (not on this machine).
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ROLE_ARN",
+                 "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                 "AWS_CONTAINER_CREDENTIALS_FULL_URI"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    _client.cache_clear()  # clients keep the credentials they were made with
+    with pytest.raises(BackendError, match="Unable to locate credentials"):
+        backend_for(aws_site.aws).whoami()
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", aws_site.store.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", aws_site.store.secret_key)
+    _client.cache_clear()
+    assert backend_for(aws_site.aws).whoami().startswith("arn:aws:")
+    job = submitted(aws_site, name="role", walltime="00:10:00")  # the dispatch worker's own function
+    on_aws = moto_aws.client("batch").describe_jobs(jobs=[job.scheduler_id])["jobs"][0]
+    assert (on_aws["tags"]["kakehashi:job"], on_aws["tags"]["kakehashi:user"]) == (job.uuid.hex, "alice")
+    s3 = cloud_client(aws_site.aws, "s3")  # what is not a job (setup, prices) takes the same chain
+    assert s3.head_object(Bucket=aws_site.aws.options["bucket"], Key=f"{job.remote_dir}/bundle.tar")["ContentLength"] > 0
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-key")  # and the S3 server did check them
+    _client.cache_clear()
+    with pytest.raises(ClientError, match="403|Forbidden"):
+        cloud_client(aws_site.aws, "s3").head_object(Bucket=aws_site.aws.options["bucket"], Key=f"{job.remote_dir}/bundle.tar")
+    assert [q["jobQueueName"] for q in cloud_client(aws_site.aws, "batch").describe_job_queues()["jobQueues"]]
