@@ -643,10 +643,15 @@ def test_a_lost_submit_reply_finds_the_array_by_its_job_number():
 
 @pytest.mark.parametrize(
     ("sample", "job_id"),
-    [("univa-8.6.6-ttu-qstat-xml-j.xml", "748172"), ("ogs-ood-qstat-xml-j.xml", "942195")],
+    [
+        ("univa-8.6.6-ttu-qstat-xml-j.xml", "748172"),
+        ("ogs-ood-qstat-xml-j.xml", "942195"),
+        ("univa-8.6.2-ihme-qstat-xml-j.xml", "3091400"),
+    ],
 )
 def test_a_lost_submit_reply_is_found_by_name_on_univa_and_open_grid_scheduler(sample, job_id):
-    # Their `qstat -xml -j NAME` has JB_job_number straight under <djob_info>, without SoGE's <element>.
+    # Univa 8.6.6 (TTU) and Open Grid Scheduler put JB_job_number straight under <djob_info>; Univa 8.6.2 (IHME)
+    # wraps the job in <element> as SoGE does. Both layouts are Univa's, so both are read.
     # (The samples end without a newline; qstat's own output ends with one before the next marker.)
     b = backend("tsubame", ok(f"@@recorded\n@@queue\n{fixture(sample).rstrip()}\n@@accounting\n"))
     assert b.find(spec()) == job_id  # found: the retry records this id instead of submitting a second job
@@ -670,6 +675,25 @@ def test_jobs_listed_inside_each_queue_as_older_sge_prints_them_are_read_too():
         "44": State.PENDING,
     }
     assert "held" in statuses["44"].reason
+
+
+def test_a_univa_listing_of_running_waiting_and_finished_jobs_reads_each_as_it_is():
+    # CC-IN2P3's Univa Grid Engine, `qstat -s az -xml -ext`: Univa's own elements (<jclass_name>, the -ext ticket
+    # columns) around the usual ones, and an ended job qmaster still keeps, listed as "zombie" with <state>qw.
+    text = fixture("univa-in2p3-qstat-xml-s-az-ext.xml")
+    assert "<jclass_name>" in text and 'state="zombie"' in text
+    statuses = parse_qstat_xml(text, {"392667", "404991", "397513"})
+    assert {i: s.state for i, s in statuses.items()} == {"392667": State.RUNNING, "404991": State.PENDING}
+    # The ended job is not called waiting (it would wait for ever): it is left to accounting, as any job that
+    # has left the queue.
+    assert "397513" not in statuses
+
+
+def test_an_ended_job_is_never_waiting_however_the_listing_is_read():
+    # The same listing with one job's name qstat could not escape: the fallback reader skips the zombie too.
+    text = fixture("univa-in2p3-qstat-xml-s-az-ext.xml").replace(">ge_script<", ">a<b<")
+    statuses = parse_qstat_xml(text, {"392667", "404991", "397513"})
+    assert {i: s.state for i, s in statuses.items()} == {"392667": State.RUNNING, "404991": State.PENDING}
 
 
 def _with(text: str, key: str, value: str) -> str:
