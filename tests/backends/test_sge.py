@@ -696,6 +696,19 @@ def test_an_ended_job_is_never_waiting_however_the_listing_is_read():
     assert {i: s.state for i, s in statuses.items()} == {"392667": State.RUNNING, "404991": State.PENDING}
 
 
+def test_jobs_being_deleted_on_a_host_qmaster_lost_still_run_until_it_says_otherwise():
+    # A site's SoGE (`qstat -xml -F`): eleven `dr` jobs on a queue instance in state `auo` (alarm, unknown: its
+    # host stopped answering). Deletion is asked for but not confirmed, so they are running, being deleted.
+    statuses = parse_qstat_xml(fixture("soge-metrum-qstat-xml-F-dr.xml"), {"680", "692", "4282"})
+    assert {i: s.state for i, s in statuses.items()} == {
+        "680": State.RUNNING,
+        "692": State.RUNNING,
+        "4282": State.RUNNING,
+    }
+    assert statuses["680"].reason == "being deleted"
+    assert statuses["4282"].reason == ""
+
+
 def _with(text: str, key: str, value: str) -> str:
     """A qacct record with one line's value replaced (for variants of a fixture)."""
     new, count = re.subn(rf"^{key}( +).*$", lambda m: f"{key}{m.group(1)}{value}", text, flags=re.MULTILINE)
