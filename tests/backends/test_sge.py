@@ -696,6 +696,20 @@ def test_an_ended_job_is_never_waiting_however_the_listing_is_read():
     assert {i: s.state for i, s in statuses.items()} == {"392667": State.RUNNING, "404991": State.PENDING}
 
 
+def test_a_running_task_of_a_univa_array_is_an_entry_of_its_own_as_on_son_of_grid_engine():
+    # The head of a Univa listing posted in a bug report (the rest could not be read; the test closes the
+    # elements the head leaves open): one running task of array 179556, task number 35236337.
+    head = fixture("univa-qstat-pretty-issue8-head.xml")
+    text = head + "  </queue_info>\n  <job_info>\n  </job_info>\n</job_info>\n"
+    statuses = parse_qstat_xml(text, {"179556", "179556.35236337", "179556.1"})
+    assert {i: s.state for i, s in statuses.items()} == {
+        "179556": State.RUNNING,
+        "179556.35236337": State.RUNNING,
+    }
+    # Cut where it is, the head does not parse: the fallback reader finds the same entry.
+    assert parse_qstat_xml(head, {"179556.35236337"})["179556.35236337"].state is State.RUNNING
+
+
 def test_jobs_being_deleted_on_a_host_qmaster_lost_still_run_until_it_says_otherwise():
     # A site's SoGE (`qstat -xml -F`): eleven `dr` jobs on a queue instance in state `auo` (alarm, unknown: its
     # host stopped answering). Deletion is asked for but not confirmed, so they are running, being deleted.
