@@ -15,7 +15,14 @@ import pytest
 from backends.base import ArrayElement, BackendError, InvalidJobSpec, JobSpec, Resources, State, SubmitRefused
 from backends.safety import directive_lines
 from backends.sge import SGEBackend, h_rt
-from backends.sge_parse import parse_find, parse_qacct, parse_qacct_time, parse_qstat_xml, task_ranges
+from backends.sge_parse import (
+    parse_find,
+    parse_qacct,
+    parse_qacct_time,
+    parse_qstat_load,
+    parse_qstat_xml,
+    task_ranges,
+)
 from backends.transport import CommandResult, Transport
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sge"
@@ -708,6 +715,13 @@ def test_a_running_task_of_a_univa_array_is_an_entry_of_its_own_as_on_son_of_gri
     }
     # Cut where it is, the head does not parse: the fallback reader finds the same entry.
     assert parse_qstat_xml(head, {"179556.35236337"})["179556.35236337"].state is State.RUNNING
+
+
+def test_univa_job_lines_with_a_job_class_column_and_other_users_masked_are_counted():
+    # ABCI's documentation of its Univa qstat: a `jclass` column before `slots`, and other users' names and job
+    # names printed as asterisks. The job lines are laid out as in `qstat -f`, which the load reads.
+    load = parse_qstat_load(fixture("univa-abci-qstat-u-all-masked.txt"))
+    assert (load.running, load.pending) == (4, 0)
 
 
 def test_jobs_being_deleted_on_a_host_qmaster_lost_still_run_until_it_says_otherwise():
