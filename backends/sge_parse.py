@@ -130,7 +130,7 @@ def parse_find(stdout: str) -> str | None:
 class _QueueEntry:
     job_id: str
     code: str  # the state letters: qw, hqw, r, t, Rr, dr, s, S, T, Eqw, ...
-    listed: str  # "running" (queue_info) or "pending" (job_info)
+    listed: str  # "running" (queue_info), "pending" (job_info), "zombie" (job_info, ended; -s z)
     tasks: str = ""  # array jobs only: "4" (a running task), "5,6,8,10" or "3-10:1" (tasks waiting alike)
 
 
@@ -194,6 +194,11 @@ def _queue_status(entry: _QueueEntry, scheduler_id: str) -> JobStatus:
     return JobStatus(scheduler_id, State.RUNNING if running else State.PENDING, "; ".join(reasons))
 
 
+# Jobs that have ended but that qmaster still keeps (`finished_jobs`) are listed under this name when `-s z` is in
+# force (a site's or user's sge_qstat defaults file can put it there); their <state> is whatever the task last had
+# (Univa at CC-IN2P3 printed "qw"). Not in the queue any more: accounting has the outcome.
+_FINISHED_LISTING = "zombie"
+
 # An array job is listed once per running task and once for its waiting tasks: the liveliest entry speaks.
 _LIVELINESS = {State.RUNNING: 2, State.PENDING: 1, State.FAILED: 0}
 
@@ -223,6 +228,8 @@ def parse_qstat_xml(text: str, wanted: set[str]) -> dict[str, JobStatus]:
     tasks = _wanted_tasks(wanted)
     statuses: dict[str, JobStatus] = {}
     for entry in _queue_entries(text):
+        if entry.listed == _FINISHED_LISTING:
+            continue
         for scheduler_id in _entry_ids(entry, wanted, tasks):
             status = _queue_status(entry, scheduler_id)
             known = statuses.get(scheduler_id)

@@ -286,9 +286,11 @@ def test_a_refusal_carries_the_schedulers_own_words(node, dialect, stdout, stder
     assert not (node.home / ".kakehashi").exists()
 
 
-def test_a_server_that_does_not_answer_is_not_a_refusal(node):
-    # The wording of pbs_connect's failure, as recorded for qstat in baw-qstat-connection-refused.stderr.txt.
-    node.stub("qsub", stderr="Connection refused\nqsub: cannot connect to server pbs01 (errno=15010)\n", exit_status=1)
+@pytest.mark.parametrize("why", ["Connection refused", "No route to host"])
+def test_a_server_that_does_not_answer_is_not_a_refusal(node, why):
+    # The wording of pbs_connect's failure, as recorded for qstat in baw-qstat-connection-refused.stderr.txt
+    # (OpenPBS 22.05) and baw-aqua-pbspro-2025.2-qstat-no-route.stderr.txt (PBS Professional 2025.2).
+    node.stub("qsub", stderr=f"{why}\nqsub: cannot connect to server pbs01 (errno=15010)\n", exit_status=1)
     with pytest.raises(BackendError) as failed:
         PBSBackend(node).submit(spec())
     assert not isinstance(failed.value, SubmitRefused)
@@ -472,9 +474,17 @@ def test_jobs_the_history_no_longer_holds_are_judged_by_their_own_directory(node
     assert records["5556.pbs01"].state == State.CANCELLED
 
 
-def test_a_server_that_does_not_answer_is_an_error_not_an_empty_queue(node):
-    node.stub("qstat", stdout=recorded("baw-qstat-connection-refused.stdout.json"),
-              stderr=recorded("baw-qstat-connection-refused.stderr.txt"), exit_status=255)
+@pytest.mark.parametrize(
+    "sample",
+    [
+        "baw-qstat-connection-refused",  # OpenPBS 22.05.11, server down
+        "baw-aqua-pbspro-2025.2-qstat-no-route",  # PBS Professional 2025.2.0 at QUT, server host unreachable
+    ],
+)
+def test_a_server_that_does_not_answer_is_an_error_not_an_empty_queue(node, sample):
+    node.stub("qstat", stdout=recorded(f"{sample}.stdout.json"), stderr=recorded(f"{sample}.stderr.txt"),
+              exit_status=255)
+    assert parse_qstat_json(recorded(f"{sample}.stdout.json")) == {}  # a header, no "Jobs": it says nothing
     backend = PBSBackend(node)
     with pytest.raises(BackendError, match="cannot connect to server"):
         backend.statuses(["1.pbs01"])

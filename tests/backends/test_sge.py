@@ -15,7 +15,14 @@ import pytest
 from backends.base import ArrayElement, BackendError, InvalidJobSpec, JobSpec, Resources, State, SubmitRefused
 from backends.safety import directive_lines
 from backends.sge import SGEBackend, h_rt
-from backends.sge_parse import parse_find, parse_qacct, parse_qacct_time, parse_qstat_xml, task_ranges
+from backends.sge_parse import (
+    parse_find,
+    parse_qacct,
+    parse_qacct_time,
+    parse_qstat_load,
+    parse_qstat_xml,
+    task_ranges,
+)
 from backends.transport import CommandResult, Transport
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sge"
@@ -643,10 +650,15 @@ def test_a_lost_submit_reply_finds_the_array_by_its_job_number():
 
 @pytest.mark.parametrize(
     ("sample", "job_id"),
-    [("univa-8.6.6-ttu-qstat-xml-j.xml", "748172"), ("ogs-ood-qstat-xml-j.xml", "942195")],
+    [
+        ("univa-8.6.6-ttu-qstat-xml-j.xml", "748172"),
+        ("ogs-ood-qstat-xml-j.xml", "942195"),
+        ("univa-8.6.2-ihme-qstat-xml-j.xml", "3091400"),
+    ],
 )
 def test_a_lost_submit_reply_is_found_by_name_on_univa_and_open_grid_scheduler(sample, job_id):
-    # Their `qstat -xml -j NAME` has JB_job_number straight under <djob_info>, without SoGE's <element>.
+    # Univa 8.6.6 (TTU) and Open Grid Scheduler put JB_job_number straight under <djob_info>; Univa 8.6.2 (IHME)
+    # wraps the job in <element> as SoGE does. Both layouts are Univa's, so both are read.
     # (The samples end without a newline; qstat's own output ends with one before the next marker.)
     b = backend("tsubame", ok(f"@@recorded\n@@queue\n{fixture(sample).rstrip()}\n@@accounting\n"))
     assert b.find(spec()) == job_id  # found: the retry records this id instead of submitting a second job
@@ -670,6 +682,59 @@ def test_jobs_listed_inside_each_queue_as_older_sge_prints_them_are_read_too():
         "44": State.PENDING,
     }
     assert "held" in statuses["44"].reason
+
+
+def test_a_univa_listing_of_running_waiting_and_finished_jobs_reads_each_as_it_is():
+    # CC-IN2P3's Univa Grid Engine, `qstat -s az -xml -ext`: Univa's own elements (<jclass_name>, the -ext ticket
+    # columns) around the usual ones, and an ended job qmaster still keeps, listed as "zombie" with <state>qw.
+    text = fixture("univa-in2p3-qstat-xml-s-az-ext.xml")
+    assert "<jclass_name>" in text and 'state="zombie"' in text
+    statuses = parse_qstat_xml(text, {"392667", "404991", "397513"})
+    assert {i: s.state for i, s in statuses.items()} == {"392667": State.RUNNING, "404991": State.PENDING}
+    # The ended job is not called waiting (it would wait for ever): it is left to accounting, as any job that
+    # has left the queue.
+    assert "397513" not in statuses
+
+
+def test_an_ended_job_is_never_waiting_however_the_listing_is_read():
+    # The same listing with one job's name qstat could not escape: the fallback reader skips the zombie too.
+    text = fixture("univa-in2p3-qstat-xml-s-az-ext.xml").replace(">ge_script<", ">a<b<")
+    statuses = parse_qstat_xml(text, {"392667", "404991", "397513"})
+    assert {i: s.state for i, s in statuses.items()} == {"392667": State.RUNNING, "404991": State.PENDING}
+
+
+def test_a_running_task_of_a_univa_array_is_an_entry_of_its_own_as_on_son_of_grid_engine():
+    # The head of a Univa listing posted in a bug report (the rest could not be read; the test closes the
+    # elements the head leaves open): one running task of array 179556, task number 35236337.
+    head = fixture("univa-qstat-pretty-issue8-head.xml")
+    text = head + "  </queue_info>\n  <job_info>\n  </job_info>\n</job_info>\n"
+    statuses = parse_qstat_xml(text, {"179556", "179556.35236337", "179556.1"})
+    assert {i: s.state for i, s in statuses.items()} == {
+        "179556": State.RUNNING,
+        "179556.35236337": State.RUNNING,
+    }
+    # Cut where it is, the head does not parse: the fallback reader finds the same entry.
+    assert parse_qstat_xml(head, {"179556.35236337"})["179556.35236337"].state is State.RUNNING
+
+
+def test_univa_job_lines_with_a_job_class_column_and_other_users_masked_are_counted():
+    # ABCI's documentation of its Univa qstat: a `jclass` column before `slots`, and other users' names and job
+    # names printed as asterisks. The job lines are laid out as in `qstat -f`, which the load reads.
+    load = parse_qstat_load(fixture("univa-abci-qstat-u-all-masked.txt"))
+    assert (load.running, load.pending) == (4, 0)
+
+
+def test_jobs_being_deleted_on_a_host_qmaster_lost_still_run_until_it_says_otherwise():
+    # A site's SoGE (`qstat -xml -F`): eleven `dr` jobs on a queue instance in state `auo` (alarm, unknown: its
+    # host stopped answering). Deletion is asked for but not confirmed, so they are running, being deleted.
+    statuses = parse_qstat_xml(fixture("soge-metrum-qstat-xml-F-dr.xml"), {"680", "692", "4282"})
+    assert {i: s.state for i, s in statuses.items()} == {
+        "680": State.RUNNING,
+        "692": State.RUNNING,
+        "4282": State.RUNNING,
+    }
+    assert statuses["680"].reason == "being deleted"
+    assert statuses["4282"].reason == ""
 
 
 def _with(text: str, key: str, value: str) -> str:
