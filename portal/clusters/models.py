@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.exceptions import ObjectDoesNotExist
 from django.core.validators import RegexValidator
 from django.db import models
+from django.utils.functional import cached_property
 
 from backends import kind_choices
 from portal import crypto
@@ -55,6 +57,34 @@ class Cluster(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @cached_property
+    def known_health(self) -> ClusterHealth | None:
+        """What the health beat last recorded of it (select_related("health") spares the query), or None."""
+        try:
+            return self.health
+        except ObjectDoesNotExist:
+            return None
+
+    @property
+    def unreachable_reason(self) -> str:
+        """Why the portal cannot reach it now, "" while it answers: the tracker's last failure (cleared by its next
+        answer), else the health beat's, unless the tracker has heard from it since."""
+        if self.last_error:
+            return self.last_error
+        health = self.known_health
+        if health is not None and not health.reachable and (
+                self.last_contact_at is None or health.error_at is None or health.error_at > self.last_contact_at):
+            return health.last_error or "the health check got no answer"
+        return ""
+
+    @property
+    def last_answered_at(self):
+        """When it last answered the portal (the tracker or the health beat), None if never: while it does not
+        answer, it is unreachable since then."""
+        health = self.known_health
+        times = [t for t in (self.last_contact_at, health.answered_at if health is not None else None) if t]
+        return max(times) if times else None
 
 
 class ClusterAccount(models.Model):

@@ -16,7 +16,7 @@ from portal.audit.actions import record
 from portal.clusters import actions
 from portal.clusters.connect import kinds_reached
 from portal.clusters.forms import LinkAccountForm
-from portal.clusters.models import Allocation, Cluster, ClusterAccount, ClusterHealth, IdentityMode
+from portal.clusters.models import Allocation, Cluster, ClusterAccount, IdentityMode
 from portal.enqueue import VERIFY_ACCOUNT, enqueue_on_commit
 from portal.ids import id_or_zero
 from portal.projects import access
@@ -85,7 +85,7 @@ def cluster_health(request):
     if not request.user.is_staff:
         projects = access.visible_projects(request.user)
         clusters = clusters.filter(pk__in=Allocation.objects.filter(project__in=projects).values("cluster_id"))
-    rows = [(cluster, ClusterHealth.objects.filter(cluster=cluster).first()) for cluster in clusters.order_by("name")]
+    rows = [(cluster, cluster.known_health) for cluster in clusters.select_related("health").order_by("name")]
     return render(request, "clusters/health.html", {"rows": rows})
 
 

@@ -67,7 +67,7 @@ def project_page(user, project: Project) -> dict:
 def clusters_with_active_jobs() -> list[tuple[Cluster, int]]:
     """Every cluster with the number of its jobs not ended yet."""
     active = dict(Job.objects.filter(state__in=ACTIVE_STATES).values_list("cluster").annotate(n=Count("id")))
-    return [(cluster, active.get(cluster.pk, 0)) for cluster in Cluster.objects.all()]
+    return [(cluster, active.get(cluster.pk, 0)) for cluster in Cluster.objects.select_related("health")]
 
 
 @dataclass

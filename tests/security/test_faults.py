@@ -218,11 +218,67 @@ def _cancel(cluster, site, *jobs) -> None:
             backend.cancel(job.scheduler_id)
 
 
+def _answered(cluster) -> str:
+    """As the tracker and the health beat would before the outage: the cluster answers both, and the pages will
+    say it has been unreachable since then. Returns that time as the pages write it."""
+    from django.template.defaultfilters import date
+
+    from portal.clusters import health
+    from portal.clusters.models import Cluster
+    from portal.jobs import tracking
+
+    assert tracking.track_cluster(cluster.pk).error == ""
+    assert health.collect(cluster).reachable
+    return date(Cluster.objects.get(pk=cluster.pk).last_answered_at, "Y-m-d H:i T")
+
+
+def _text(html: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", html))
+
+
+def _pages(client, site, cluster, jobs) -> tuple[str, str, list[str]]:
+    """What the researcher's cluster page (/clusters/, her row of the cluster), the site admin's page (/site/, the
+    cluster's last-contact cell) and the pages of `jobs` say, as text."""
+    from django.contrib.auth import get_user_model
+
+    client.force_login(site.alice)
+    row = client.get("/clusters/").content.decode().split(f'data-cluster="{cluster.slug}"')[1].split("</tr>")[0]
+    job_pages = [_text(client.get(f"/jobs/{job.pk}/").content.decode()) for job in jobs]
+    admin, _ = get_user_model().objects.get_or_create(username="site-admin", defaults={"is_staff": True})
+    client.force_login(admin)
+    cell = client.get("/site/").content.decode().split(f'data-cluster-contact="{cluster.slug}"')[1].split("</td>")[0]
+    return row, cell, job_pages
+
+
+def _shown_degraded(client, site, cluster, jobs, since: str, reason: str) -> None:
+    """The cluster page, the site page and each job's page say it is unreachable, since when and why."""
+    import html
+
+    row, cell, job_pages = _pages(client, site, cluster, jobs)
+    assert 'data-answering="no"' in row and "text-bg-danger" in row, row
+    assert f"unreachable since {since}, when it last answered" in _text(row), _text(row)
+    assert html.escape(reason)[:40] in row, (reason, row)
+    assert f"unreachable since {since}, when it last answered" in _text(cell), _text(cell)
+    assert html.escape(reason)[:40] in cell, (reason, cell)
+    for page in job_pages:
+        assert f"{cluster.name} is not answering: unreachable since {since}, when it last answered" in page, page
+        assert "The state shown is the last one known" in page
+
+
+def _shown_healthy(client, site, cluster, jobs) -> None:
+    row, cell, job_pages = _pages(client, site, cluster, jobs)
+    assert 'data-answering="yes"' in row and "unreachable" not in row, row
+    assert "unreachable" not in cell and "ago" in cell, cell
+    for page in job_pages:
+        assert "unreachable" not in page and "is not answering" not in page
+
+
 @pytest.mark.cluster
 @pytest.mark.django_db  # not transactional: the session's live worker must not see (and dispatch) these jobs
 def test_a_login_node_whose_sshd_stops_leaves_every_job_truthful_and_recovers_without_a_duplicate(
         client, hpc_site, cluster_keys, test_cluster, private_login_node):
     from backends.transport import SSHTransport
+    from portal.clusters import health
     from portal.jobs import actions, tracking
     from portal.jobs.models import JobState
 
@@ -232,6 +288,7 @@ def test_a_login_node_whose_sshd_stops_leaves_every_job_truthful_and_recovers_wi
     running = submit("running-through", "sleep 25")
     assert actions.dispatch_job(running.pk).status == "submitted"
     waiting = submit("waiting-out", "echo after the outage")
+    since = _answered(cluster)
     try:
         stop()
         # Being submitted while the login node is down: it keeps waiting, says why, and is never failed.
@@ -246,12 +303,10 @@ def test_a_login_node_whose_sshd_stops_leaves_every_job_truthful_and_recovers_wi
         assert report.error and running.state in (JobState.PENDING, JobState.RUNNING)
         cluster.refresh_from_db()
         assert cluster.last_error
-        client.force_login(hpc_site.alice)
-        page = client.get(f"/jobs/{running.pk}/").content.decode()
-        assert "is not answering" in page and "the state shown is the last one known" in page
-        hpc_site.alice.is_staff = True
-        hpc_site.alice.save()
-        assert cluster.last_error[:40] in client.get("/site/").content.decode()  # the cluster page shows it degraded
+        _shown_degraded(client, hpc_site, cluster, [running], since, cluster.last_error)
+        # The health beat finds it silent too; the pages say the same.
+        assert health.collect(cluster).reachable is False
+        _shown_degraded(client, hpc_site, cluster, [running], since, cluster.last_error)
     finally:
         start()
     SSHTransport.close_all()  # connections the portal held died with the daemon
@@ -262,24 +317,37 @@ def test_a_login_node_whose_sshd_stops_leaves_every_job_truthful_and_recovers_wi
     assert tracking.track_cluster(cluster.pk).error == ""
     cluster.refresh_from_db()
     assert cluster.last_error == ""
+    assert health.collect(cluster).reachable
+    _shown_healthy(client, hpc_site, cluster, [running, waiting])
     assert on_scheduler(running) == [running.scheduler_id]
     _cancel(cluster, hpc_site, running, waiting)
 
 
 @pytest.mark.cluster
 @pytest.mark.django_db  # not transactional, as above
-def test_a_slurm_controller_that_stops_answering_fails_no_job_and_the_waiting_one_is_submitted_once_it_is_back(
-        hpc_site, cluster_keys, test_cluster, private_login_node):
+def test_a_slurm_controller_that_stops_answering_fails_no_job_and_records_the_one_that_ended_meanwhile_once_it_is_back(
+        client, hpc_site, cluster_keys, test_cluster, private_login_node):
     """sbatch reports an unreachable slurmctld as "Batch job submission failed": the job used to be marked failed
-    on that guess. The controller stops for this login node only (its own slurm.conf points elsewhere)."""
+    on that guess. The controller stops for this login node only (its own slurm.conf points elsewhere), so the
+    shared controller keeps running the jobs: one of them ends while the portal cannot ask about it."""
+    from portal.clusters import health
+    from portal.clusters.connect import account_for, backend_for
+    from portal.clusters.models import Cluster
     from portal.jobs import actions, tracking
-    from portal.jobs.models import JobState
+    from portal.jobs.models import Job, JobState
+    from tests.conftest import wait_for
 
     port, _, _, controller, _ = private_login_node
     cluster, submit, on_scheduler = _private_cluster(hpc_site, cluster_keys, test_cluster, port)
-    running = submit("queued-through", "sleep 25")
+    running = submit("queued-through", "sleep 40")
     assert actions.dispatch_job(running.pk).status == "submitted"
+    ending = submit("ends-in-the-outage", "sleep 12")
+    assert actions.dispatch_job(ending.pk).status == "submitted"
     waiting = submit("submitted-after", "echo after the outage")
+    wait_for(lambda: tracking.track_cluster(cluster.pk).error == "" and Job.objects.get(pk=ending.pk).state
+             == JobState.RUNNING, timeout=60, interval=1, message="the short job to be seen running")
+    since = _answered(cluster)
+    ending.refresh_from_db()
     try:
         controller(up=False)
         outcome = actions.dispatch_job(waiting.pk)
@@ -291,13 +359,38 @@ def test_a_slurm_controller_that_stops_answering_fails_no_job_and_the_waiting_on
         assert report.error and running.state in (JobState.PENDING, JobState.RUNNING)
         cluster.refresh_from_db()
         assert "Unable to contact slurm controller" in cluster.last_error
+        assert health.collect(cluster).reachable is False
+        _shown_degraded(client, hpc_site, cluster, [running, ending], since, cluster.last_error)
+        # The short job ends meanwhile: the shared controller (asked with the real slurm.conf) says so...
+        backend = backend_for(cluster, account_for(cluster, hpc_site.alice, hpc_site.project))
+        wait_for(lambda: backend.transport.run(["env", "SLURM_CONF=/etc/slurm/slurm.conf", "sacct", "-n", "-X", "-P",
+                                                "-o", "State", "-j", ending.scheduler_id]).stdout.strip() == "COMPLETED",
+                 timeout=90, interval=1, message="the short job to end on the scheduler")
+        # ...but the portal, which cannot reach it, concludes nothing: the job keeps its last known state.
+        assert tracking.track_cluster(cluster.pk).error
+        ending.refresh_from_db()
+        assert ending.state == JobState.RUNNING and ending.exit_code is None and ending.ended_at is None
+        assert not ending.events.exclude(to_state__in=[JobState.QUEUED, JobState.SUBMITTING, JobState.PENDING,
+                                                       JobState.RUNNING]).exists()
+        _shown_degraded(client, hpc_site, cluster, [ending], since, Cluster.objects.get(pk=cluster.pk).last_error)
     finally:
         controller(up=True)
+    # Back: tracking records the real end, from accounting, exactly once.
+    assert tracking.track_cluster(cluster.pk).error == ""
+    ending.refresh_from_db()
+    assert ending.state == JobState.COMPLETED and ending.exit_code == 0, (ending.state, ending.state_reason)
+    assert tracking.track_cluster(cluster.pk).error == ""
+    assert ending.events.filter(to_state=JobState.COMPLETED).count() == 1
+    assert not ending.events.filter(to_state__in=[JobState.FAILED, JobState.LOST]).exists()
     outcome = actions.dispatch_job(waiting.pk)
     waiting.refresh_from_db()
     assert outcome.status in ("submitted", "found") and waiting.state == JobState.PENDING
     assert len(on_scheduler(waiting)) == 1
     assert tracking.track_cluster(cluster.pk).error == ""
+    assert health.collect(cluster).reachable
+    running.refresh_from_db()
+    assert running.state in (JobState.PENDING, JobState.RUNNING)
+    _shown_healthy(client, hpc_site, cluster, [running, waiting])
     _cancel(cluster, hpc_site, running, waiting)
 
 
@@ -383,7 +476,8 @@ def test_a_redis_restart_with_dispatches_queued_loses_no_job_and_the_worker_carr
 @pytest.mark.cluster
 @pytest.mark.django_db  # not transactional, as above
 def test_a_grid_engine_qmaster_that_stops_answering_fails_no_job_and_the_waiting_one_is_submitted_once_it_is_back(
-        hpc_site, cluster_keys, test_cluster, private_login_node):
+        client, hpc_site, cluster_keys, test_cluster, private_login_node):
+    from portal.clusters import health
     from portal.jobs import actions, tracking
     from portal.jobs.models import JobState
 
@@ -392,6 +486,7 @@ def test_a_grid_engine_qmaster_that_stops_answering_fails_no_job_and_the_waiting
     running = submit("queued-through", "sleep 25")
     assert actions.dispatch_job(running.pk).status == "submitted"
     waiting = submit("submitted-after", "sleep 20")
+    since = _answered(cluster)
     try:
         qmaster(up=False)
         outcome = actions.dispatch_job(waiting.pk)
@@ -403,6 +498,8 @@ def test_a_grid_engine_qmaster_that_stops_answering_fails_no_job_and_the_waiting
         assert report.error and running.state in (JobState.PENDING, JobState.RUNNING)
         cluster.refresh_from_db()
         assert "qmaster" in cluster.last_error
+        assert health.collect(cluster).reachable is False
+        _shown_degraded(client, hpc_site, cluster, [running], since, cluster.last_error)
     finally:
         qmaster(up=True)
     outcome = actions.dispatch_job(waiting.pk)
@@ -410,6 +507,10 @@ def test_a_grid_engine_qmaster_that_stops_answering_fails_no_job_and_the_waiting
     assert outcome.status in ("submitted", "found") and waiting.state == JobState.PENDING
     assert on_scheduler(waiting) == [waiting.scheduler_id]  # one submission, however many tries
     assert tracking.track_cluster(cluster.pk).error == ""
+    assert health.collect(cluster).reachable
+    running.refresh_from_db()
+    assert running.state in (JobState.PENDING, JobState.RUNNING)
+    _shown_healthy(client, hpc_site, cluster, [running, waiting])
     _cancel(cluster, hpc_site, running, waiting)
 
 
