@@ -186,3 +186,24 @@ def test_marking_a_notification_read_is_the_callers_own_and_leaves_no_row(client
     assert client.post("/notifications/read/", {"id": [note.pk]}).status_code == 302
     assert Notification.objects.get(pk=note.pk).read_at is not None
     assert not AuditEntry.objects.filter(pk__gt=mark).exists()
+
+
+def test_adding_making_primary_and_removing_an_email_address_is_recorded_with_its_address(client, world):
+    """Sign-in routes change nothing of a project (the walk's table has none): their writes are recorded by the
+    sign-in library's signals. The e-mail address is where password resets go, so each change of it is a row."""
+    from allauth.account.models import EmailAddress
+
+    EmailAddress.objects.create(user=world.alice, email="alice@example.org", primary=True, verified=True)
+    client.defaults["REMOTE_ADDR"] = ADDRESS
+    client.force_login(world.alice)
+    mark = AuditEntry.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+    assert client.post("/accounts/email/", {"action_add": "", "email": "alice@lab.example.org"}).status_code == 302
+    added = EmailAddress.objects.get(email="alice@lab.example.org")
+    EmailAddress.objects.filter(pk=added.pk).update(verified=True)  # as the link in its e-mail would
+    assert client.post("/accounts/email/", {"action_primary": "", "email": added.email}).status_code == 302
+    assert client.post("/accounts/email/", {"action_remove": "", "email": "alice@example.org"}).status_code == 302
+    rows = [(e.action, e.actor_id, str(e.ip), e.data.get("email") or e.data.get("after"))
+            for e in AuditEntry.objects.filter(pk__gt=mark, action__startswith="auth.email").order_by("pk")]
+    assert rows == [("auth.email_add", world.alice.pk, ADDRESS, "alice@lab.example.org"),
+                    ("auth.email_primary", world.alice.pk, ADDRESS, "alice@lab.example.org"),
+                    ("auth.email_remove", world.alice.pk, ADDRESS, "alice@example.org")], rows
