@@ -1,4 +1,5 @@
-"""Audit rows for what changes outside the portal's own actions: sign-in and its factors, and the Django admin."""
+"""Audit rows for what changes outside the portal's own actions: sign-in, its factors and e-mail addresses, and the
+Django admin."""
 
 from __future__ import annotations
 
@@ -43,6 +44,29 @@ def _signed_up(sender, request, user, **kwargs):
 @receiver(account_signals.password_reset)
 def _password(sender, request, user, **kwargs):
     record("auth.password_change", actor=user, target=user, request=request)
+
+
+@receiver(account_signals.email_added)
+def _email_added(sender, request, user, email_address, **kwargs):
+    record("auth.email_add", actor=user, target=email_address, email=email_address.email, request=request)
+
+
+@receiver(account_signals.email_removed)
+def _email_removed(sender, request, user, email_address, **kwargs):
+    record("auth.email_remove", actor=user, email=email_address.email, request=request)
+
+
+@receiver(account_signals.email_changed)
+def _email_primary(sender, request, user, from_email_address, to_email_address, **kwargs):
+    # Where password resets go: the step an account takeover takes.
+    record("auth.email_primary", actor=user, target=to_email_address, request=request,
+           before=getattr(from_email_address, "email", ""), after=to_email_address.email)
+
+
+@receiver(account_signals.email_confirmed)
+def _email_verified(sender, request, email_address, **kwargs):
+    record("auth.email_verify", actor=email_address.user, target=email_address, email=email_address.email,
+           request=request)
 
 
 @receiver(mfa_signals.authenticator_added)

@@ -21,6 +21,9 @@ EXECUTED_NOTEBOOK = "notebook.ipynb"
 # nbconvert writes them, images only inline; only the portal's own pages may frame it.
 SANDBOX_POLICY = ("sandbox; default-src 'none'; style-src 'unsafe-inline'; img-src data:; font-src data:; "
                   "frame-ancestors 'self'; form-action 'none'; base-uri 'none'")
+# An @font-face of the classic template's style sheet: its icon fonts are files at ../components/…, which the
+# portal does not serve and the policy above refuses (font-src data:), so each view reported violations.
+_FONT_FACE = re.compile(r"@font-face\s*\{[^{}]*\}")
 
 
 class NotebookError(ValueError):
@@ -200,7 +203,13 @@ def to_html(executed: bytes) -> str:
     # No scripts at all (MathJax, widgets, require.js come from CDNs): the sandbox would refuse them anyway.
     exporter.exclude_input_prompt = False
     body, _ = exporter.from_notebook_node(nb)
-    return body
+    return _FONT_FACE.sub(_inline_font_only, body)
+
+
+def _inline_font_only(face: re.Match) -> str:
+    """An @font-face kept only when its fonts are inline (data:); no output uses the template's icon fonts."""
+    sources = re.findall(r"url\(\s*['\"]?([^'\")]*)", face.group(0))
+    return face.group(0) if all(source.startswith("data:") for source in sources) else ""
 
 
 def not_shown(message: str) -> str:

@@ -9,9 +9,11 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from portal.audit.actions import record
 from portal.enqueue import SEND_NOTIFICATION_EMAIL, enqueue_on_commit
 from portal.notifications.models import Kind, Notification, Preference
 from portal.projects.models import Project
@@ -66,8 +68,14 @@ def mark_read(user, ids: list[int] | None = None) -> int:
 
 
 def save_preference(user, **choices: bool) -> Preference:
+    """Save how `user` wants to hear of their jobs, with its audit row (turning off the e-mail of failures is
+    worth knowing when someone else signed in as them)."""
     preference = preference_of(user)
+    before = {name: getattr(preference, name) for name in choices}
     for name, value in choices.items():
         setattr(preference, name, bool(value))
-    preference.save()
+    with transaction.atomic():
+        preference.save()
+        record("notification.preferences", actor=user, target=preference, before=before,
+               after={name: getattr(preference, name) for name in choices})
     return preference

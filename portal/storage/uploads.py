@@ -201,11 +201,15 @@ def sign_parts(user, session: UploadSession, parts: list[dict]) -> list[dict]:
         if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= session.part_count:
             raise StorageError(f"part numbers of this upload run from 1 to {session.part_count}", field="parts")
         wanted[number] = _clean_part_checksum(part.get("sha256"))
-    UploadPart.objects.bulk_create(
-        [UploadPart(session=session, number=n, sha256=c) for n, c in wanted.items()],
-        update_conflicts=True, unique_fields=["session", "number"], update_fields=["sha256"],
-    )
-    UploadSession.objects.filter(pk=session.pk).update(last_activity_at=timezone.now())
+    with transaction.atomic():
+        UploadPart.objects.bulk_create(
+            [UploadPart(session=session, number=n, sha256=c) for n, c in wanted.items()],
+            update_conflicts=True, unique_fields=["session", "number"], update_fields=["sha256"],
+        )
+        UploadSession.objects.filter(pk=session.pk).update(last_activity_at=timezone.now())
+        # Signed URLs let their holder write into the project's store: who was given them, and for which parts.
+        record("upload.sign", actor=user, project=session.project, target=session, path=session.path,
+               parts=sorted(wanted))
     expires = settings.KAKEHASHI_UPLOAD_URL_SECONDS
     signed = []
     for number, checksum in wanted.items():
