@@ -99,7 +99,7 @@ def test_an_input_whose_bytes_do_not_match_its_checksum_fails_the_job_before_the
     assert b"reading" not in done.stdout  # the payload never ran
     assert not (tmp_path / "container/inputs/data/z.csv").exists()
     assert list((tmp_path / "container/inputs/data").iterdir()) == [tmp_path / "container/inputs/data/points.csv"]
-    assert backend.list_outputs(spec.workdir) == []
+    assert backend.list_outputs(spec.workdir).files == []
     assert why in backend.read_file(spec.workdir, aws_batch_defs.FAILURE_FILE).decode()
     assert why in backend.read_output(spec.workdir, "stderr").decode()
     assert backend.read_file(spec.workdir, "kakehashi-exit-status") == b"65\n"
