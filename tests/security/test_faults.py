@@ -7,10 +7,12 @@ message lost in a Redis restart is sent again (tests/jobs/test_crash_recovery.py
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -565,8 +567,6 @@ class _DatabaseLink:
     The shared PostgreSQL itself is never stopped (other tests use it)."""
 
     def __init__(self, target: tuple[str, int] = ("127.0.0.1", 5432)) -> None:
-        import threading
-
         self.target = target
         self.port = _closed_port()
         self._lock = threading.Lock()
@@ -576,8 +576,6 @@ class _DatabaseLink:
         self.restore()
 
     def restore(self) -> None:
-        import threading
-
         listener = socket.socket()
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", self.port))
@@ -586,8 +584,6 @@ class _DatabaseLink:
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
 
     def cut(self) -> None:
-        import contextlib
-
         listener, self._listener = self._listener, None
         with contextlib.suppress(OSError):
             listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread: a close alone lets one more in
@@ -604,8 +600,6 @@ class _DatabaseLink:
             self._open.clear()
 
     def _accept(self, listener: socket.socket) -> None:
-        import threading
-
         while True:
             try:
                 client, _ = listener.accept()
@@ -624,8 +618,6 @@ class _DatabaseLink:
 
     @staticmethod
     def _pipe(source: socket.socket, sink: socket.socket) -> None:
-        import contextlib
-
         with contextlib.suppress(OSError):
             while data := source.recv(65536):
                 sink.sendall(data)
