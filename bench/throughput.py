@@ -14,7 +14,9 @@ The portal's jobs run `sleep 300` (the API has no hold); at most a few start bef
 sides created is cancelled afterwards. Settings: BENCH_JOBS (200), BENCH_CLIENTS (8), BENCH_REDIS_DB (13),
 BENCH_PORT (8917), BENCH_CASES (slurm,sge), BENCH_OUT, BENCH_CODE_ROOT (the daemons' checkout); extra environment for the daemons with BENCH_ENV_* (e.g.
 BENCH_ENV_KAKEHASHI_CLUSTER_TASK_SLOTS=4). Also the CPU seconds the web server, the worker, PostgreSQL and the
-whole machine spent meanwhile (where the time goes); BENCH_PROFILE_DIR=/dir writes a CPU profile of each gunicorn
+whole machine spent meanwhile (where the time goes), the bench's own
+client threads apart, and the floor: as many `GET /api/v1/me/` (the cheapest authenticated request) by the same
+clients, to show what any API request costs before a job is recorded; BENCH_PROFILE_DIR=/dir writes a CPU profile of each gunicorn
 and Celery process there (bench/profiling.py). Writes bench/results-throughput.md.
 """
 
@@ -198,25 +200,31 @@ def _run(env: dict, daemons: list) -> int:
             _exec(ssh, "true")
             _warm(secret, hardware, project.slug, 8)
             raw_ids, raw_samples = [], []
-            raw_cpu = _cpu(daemons)["machine"]
+            raw_before = _cpu(daemons)
             start = time.perf_counter()
             for _ in range(JOBS):
                 t = time.perf_counter()
                 raw_ids.append(_exec(ssh, raw_command).strip().split(".")[0])
                 raw_samples.append(time.perf_counter() - t)
             raw_total = time.perf_counter() - start
-            raw_cpu = _cpu(daemons)["machine"] - raw_cpu
+            raw_after = _cpu(daemons)
+            raw_cpu = {k: raw_after[k] - raw_before[k] for k in raw_after}
             _exec(ssh, shlex.join([cancel, *raw_ids]))
 
             before = _cpu(daemons)
             portal = _portal(secret, hardware, project.slug, case)
             after = _cpu(daemons)
             portal["cpu"] = {k: after[k] - before[k] for k in after}
+            before = _cpu(daemons)
+            portal["floor"] = _floor(secret)
+            after = _cpu(daemons)
+            portal["floor_cpu"] = {k: after[k] - before[k] for k in after}
             portal["ssh"] = _ssh_connections(daemons[1], port)
             _exec(ssh, shlex.join([cancel, *portal["ids"]]) + " >/dev/null 2>&1; true")
         finally:
             ssh.close()
-        portal["raw_cpu"] = raw_cpu
+        portal["raw_cpu"] = raw_cpu["machine"]
+        portal["raw_programs"] = raw_cpu
         rows.append((label, raw_total, raw_samples, portal))
         details.append(f"{label}: raw {raw_total:.2f} s, portal {portal['total']:.2f} s "
                        f"(×{portal['total'] / raw_total:.2f})")
@@ -243,13 +251,26 @@ def _run(env: dict, daemons: list) -> int:
         "", "SSH connections to the login node held by each Celery pool process afterwards (one account): " + "; ".join(
             f"{label} {p['ssh']}" for label, _, _, p in rows) + "."]
     lines += ["", "CPU seconds spent while it ran (whole machine, other agents included; the daemons' own):", "",
-              "| Case | raw: machine | portal: machine | gunicorn | Celery worker | PostgreSQL | rest (sshd, scheduler, "
-              "Redis, bench, others) |", "| --- | --- | --- | --- | --- | --- | --- |"]
+              "| Case | raw: machine | portal: machine | gunicorn | Celery worker | PostgreSQL | bench's clients "
+              "| rest (sshd, scheduler, Redis, others) |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for label, _, _, p in rows:
         c = p["cpu"]
-        rest = c["machine"] - c["web"] - c["worker"] - c["postgres"]
+        rest = c["machine"] - c["web"] - c["worker"] - c["postgres"] - c["bench"]
         lines.append(f"| {label} | {p['raw_cpu']:.1f} | {c['machine']:.1f} | {c['web']:.1f} | {c['worker']:.1f} "
-                     f"| {c['postgres']:.1f} | {rest:.1f} |")
+                     f"| {c['postgres']:.1f} | {c['bench']:.1f} | {rest:.1f} |")
+    def programs(cpu: dict) -> str:
+        return ", ".join(f"{k.removeprefix('program:')} {v:.2f}" for k, v in cpu.items() if k.startswith("program:") and v >= 0.005)
+
+    lines += ["", "Long-lived programs among them, CPU seconds (each `sbatch`/`qsub` process ends too soon to be read; "
+              "the machine's total counts it): " + "; ".join(
+                  f"{label}: raw {programs(p['raw_programs'])}; portal {programs(p['cpu'])}" for label, _, _, p in rows) + "."]
+    lines += ["", f"The floor: {JOBS} `GET /api/v1/me/` (token, throttle, one small answer; nothing recorded or sent) by "
+              f"the same {CLIENTS} clients, after each case:", "",
+              "| After case | wall | request p50 / p95 | gunicorn CPU a request | machine CPU |", "| --- | --- | --- | --- | --- |"]
+    for label, _, _, p in rows:
+        f, c = p["floor"], p["floor_cpu"]
+        lines.append(f"| {label} | {f['total']:.2f} s | {_ms(f['request'], 50)} / {_ms(f['request'], 95)} "
+                     f"| {c['web'] / JOBS * 1000:.1f} ms | {c['machine']:.1f} s |")
     text = "\n".join(lines) + "\n"
     print(text)
     Path(os.environ.get("BENCH_OUT", ROOT / "bench" / "results-throughput.md")).write_text(text)
@@ -284,9 +305,24 @@ def _cpu(daemons: list) -> dict[str, float]:
             except psutil.NoSuchProcess:
                 pass
     machine = psutil.cpu_times()
-    return {"web": tree(daemons[0]), "worker": tree(daemons[1]), "postgres": postgres,
+    own = psutil.Process().cpu_times()  # the bench's client threads and its database polling
+    others: dict[str, float] = {}  # the rest by program: sshd, the scheduler, Redis, munge...
+    for p in psutil.process_iter(["name"]):
+        if p.info["name"] in REST_PROGRAMS:
+            try:
+                t = p.cpu_times()
+                others[p.info["name"]] = others.get(p.info["name"], 0.0) + t.user + t.system
+            except psutil.NoSuchProcess:
+                pass
+    return {"web": tree(daemons[0]), "worker": tree(daemons[1]), "postgres": postgres, "bench": own.user + own.system,
+            **{f"program:{name}": others.get(name, 0.0) for name in REST_PROGRAMS},
             "machine": machine.user + machine.system + machine.nice + getattr(machine, "softirq", 0)
             + getattr(machine, "irq", 0)}
+
+
+# Long-lived programs among the rest (a process that ends between two readings, such as each `sbatch`, is missed:
+# the machine's total still counts it).
+REST_PROGRAMS = ("sshd", "slurmctld", "slurmd", "munged", "redis-server", "sge_qmaster")
 
 
 def _ssh_connections(worker: subprocess.Popen, port: int) -> list[int]:
@@ -381,6 +417,34 @@ def _warm(secret: str, hardware: str, project: str, count: int) -> None:
     for job in jobs:
         backend.cancel(job.scheduler_id)
     backend.close()
+
+
+def _floor(secret: str) -> dict:
+    """The cheapest authenticated API request, as many times as jobs were submitted: what any request costs."""
+    import httpx
+
+    samples: list[float] = []
+    lock = threading.Lock()
+    remaining = iter(range(JOBS))
+
+    def client() -> None:
+        with httpx.Client(base_url=f"http://127.0.0.1:{PORT}", timeout=60,
+                          headers={"Authorization": f"Bearer {secret}"}) as http:
+            while True:
+                with lock:
+                    if next(remaining, None) is None:
+                        return
+                sent = time.perf_counter()
+                http.get("/api/v1/me/").raise_for_status()
+                samples.append(time.perf_counter() - sent)
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=client) for _ in range(CLIENTS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return {"total": time.perf_counter() - start, "request": samples}
 
 
 def _portal(secret: str, hardware: str, project: str, case: str) -> dict:
