@@ -477,18 +477,28 @@ def test_a_redis_restart_with_dispatches_queued_loses_no_job_and_the_worker_carr
 
 @pytest.mark.cluster
 @pytest.mark.django_db  # not transactional, as above
-def test_a_grid_engine_qmaster_that_stops_answering_fails_no_job_and_the_waiting_one_is_submitted_once_it_is_back(
+def test_a_grid_engine_qmaster_that_stops_answering_fails_no_job_and_records_the_one_that_ended_meanwhile_once_it_is_back(
         client, hpc_site, cluster_keys, test_cluster, private_login_node):
+    """The qmaster stops answering this login node only (its commands look for it on a closed port), so the shared
+    qmaster keeps running the jobs: one of them ends while the portal cannot ask about it."""
     from portal.clusters import health
+    from portal.clusters.connect import account_for, backend_for
+    from portal.clusters.models import Cluster
     from portal.jobs import actions, tracking
-    from portal.jobs.models import JobState
+    from portal.jobs.models import Job, JobState
+    from tests.conftest import wait_for
 
     port, _, _, _, qmaster = private_login_node
     cluster, submit, on_scheduler = _private_cluster(hpc_site, cluster_keys, test_cluster, port, kind="sge")
-    running = submit("queued-through", "sleep 25")
+    running = submit("queued-through", "sleep 40")
     assert actions.dispatch_job(running.pk).status == "submitted"
+    ending = submit("ends-in-the-outage", "sleep 12")
+    assert actions.dispatch_job(ending.pk).status == "submitted"
     waiting = submit("submitted-after", "sleep 20")
+    wait_for(lambda: tracking.track_cluster(cluster.pk).error == "" and Job.objects.get(pk=ending.pk).state
+             == JobState.RUNNING, timeout=60, interval=1, message="the short job to be seen running")
     since = _answered(cluster)
+    ending.refresh_from_db()
     try:
         qmaster(up=False)
         outcome = actions.dispatch_job(waiting.pk)
@@ -501,9 +511,28 @@ def test_a_grid_engine_qmaster_that_stops_answering_fails_no_job_and_the_waiting
         cluster.refresh_from_db()
         assert "qmaster" in cluster.last_error
         assert health.collect(cluster).reachable is False
-        _shown_degraded(client, hpc_site, cluster, [running], since, cluster.last_error)
+        _shown_degraded(client, hpc_site, cluster, [running, ending], since, cluster.last_error)
+        # The short job ends meanwhile: Grid Engine's accounting file (read by qacct, no qmaster needed) says so...
+        backend = backend_for(cluster, account_for(cluster, hpc_site.alice, hpc_site.project))
+        wait_for(lambda: re.search(r"(?m)^exit_status\s+0\b", backend.transport.run(
+            ["qacct", "-j", ending.scheduler_id]).stdout) is not None,
+                 timeout=90, interval=1, message="the short job to end on the scheduler")
+        # ...but the portal, which cannot reach the qmaster, concludes nothing: the job keeps its last known state.
+        assert tracking.track_cluster(cluster.pk).error
+        ending.refresh_from_db()
+        assert ending.state == JobState.RUNNING and ending.exit_code is None and ending.ended_at is None
+        assert not ending.events.exclude(to_state__in=[JobState.QUEUED, JobState.SUBMITTING, JobState.PENDING,
+                                                       JobState.RUNNING]).exists()
+        _shown_degraded(client, hpc_site, cluster, [ending], since, Cluster.objects.get(pk=cluster.pk).last_error)
     finally:
         qmaster(up=True)
+    # Back: tracking records the real end, from accounting, exactly once.
+    assert tracking.track_cluster(cluster.pk).error == ""
+    ending.refresh_from_db()
+    assert ending.state == JobState.COMPLETED and ending.exit_code == 0, (ending.state, ending.state_reason)
+    assert tracking.track_cluster(cluster.pk).error == ""
+    assert ending.events.filter(to_state=JobState.COMPLETED).count() == 1
+    assert not ending.events.filter(to_state__in=[JobState.FAILED, JobState.LOST]).exists()
     outcome = actions.dispatch_job(waiting.pk)
     waiting.refresh_from_db()
     assert outcome.status in ("submitted", "found") and waiting.state == JobState.PENDING
