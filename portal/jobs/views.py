@@ -258,8 +258,8 @@ def job_preview(request):
         else:
             context.update(script=prepared.script, estimate=prepared.estimate, job=prepared.job, warnings=prepared.warnings)
             context["budget"] = catalog.budget_after(prepared.job.project, prepared.estimate)
-            if not form.cleaned_data.get("sweep"):
-                context["comparison"] = _comparison(prepared.job)
+            # A sweep's points share one shape: the comparison is for one point (the estimate above is for all).
+            context["comparison"] = _comparison(prepared.job)
     return render(request, "jobs/_preview.html", context)
 
 

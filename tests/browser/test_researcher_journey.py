@@ -196,6 +196,10 @@ def test_a_sweep_on_slurm_is_previewed_as_one_array_and_its_points_end_on_the_sw
     expect(preview).to_contain_text("3) export LR=0.3 ;;")
     expect(page.locator("#sweep-note")).to_contain_text("one scheduler array")
     expect(page.locator("#estimate-amount")).to_have_text("1.50 points")  # 3 × 1 node × 0.5 points/node-h × 1 h
+    # The comparison before Run is for one point's shape (every point has it); the estimate above is for all three.
+    expect(page.locator("#places-title")).to_have_text(re.compile(r"^Where each of its 3 points \(1×A100, 1 h\) can run$"))
+    expect(page.locator("#places-table thead")).to_contain_text("Cost of a point")
+    expect(page.locator("#places-table tbody tr.table-active")).to_contain_text("0.50 points")
     shots(page, "sweep-preview")
     previewed = preview.inner_text()
 
