@@ -14,6 +14,11 @@ file of BENCH_UPLOAD_MIB (1 GiB) through:
 
 Rounds alternate the three so drift on a shared machine falls on all; medians, bests and the per-round ratios of
 BENCH_UPLOAD_ROUNDS rounds are reported.
+
+After each portal upload, the whole-file check a worker runs before the file is usable (`verify_upload`: the object
+read back from the store and hashed, portal/storage/verify.py) is timed in this process, against the raw read-back
+of the same object (boto3 `get_object` streamed through hashlib's SHA-256 in the same 4 MiB chunks): what a
+researcher waits between the upload's end and the file's `ready`, beyond the worker picking the task up.
 Results are printed and written to bench/results-storage.md (the README quotes them).
 """
 
@@ -98,6 +103,7 @@ def _run(store, work: Path) -> int:
                                             max_concurrency=THREADS)
     default = boto3.s3.transfer.TransferConfig()
     samples: dict[str, list[float]] = {"portal": [], "boto3 same": [], "boto3 default": []}
+    checks: dict[str, list[float]] = {"verify": [], "raw read-back": []}
     for round_no in range(ROUNDS):
         for name in samples:
             key = f"bench/{name.replace(' ', '-')}-{round_no}.bin"
@@ -106,11 +112,16 @@ def _run(store, work: Path) -> int:
                 stored = Uploader(portal, "bench", threads=THREADS, show_progress=False).upload_file(
                     str(source), key)
                 assert stored["size"] == size
+                samples[name].append(time.perf_counter() - start)
+                checks["verify"].append(_verify(stored, size))
+                checks["raw read-back"].append(_read_back(s3, settings.KAKEHASHI_S3_BUCKET, f"projects/bench/{key}"))
+                s3.delete_object(Bucket=settings.KAKEHASHI_S3_BUCKET, Key=f"projects/bench/{key}")
+                continue
             else:
                 s3.upload_file(str(source), settings.KAKEHASHI_S3_BUCKET, key,
                                Config=same if name == "boto3 same" else default)
             samples[name].append(time.perf_counter() - start)
-            s3.delete_object(Bucket=settings.KAKEHASHI_S3_BUCKET, Key=f"projects/bench/{key}" if name == "portal" else key)
+            s3.delete_object(Bucket=settings.KAKEHASHI_S3_BUCKET, Key=key)
     server.terminate()
 
     def rate(seconds: float) -> float:
@@ -142,11 +153,51 @@ def _run(store, work: Path) -> int:
         "",
         "All rounds (s): " + "; ".join(f"{name} {', '.join(f'{v:.2f}' for v in values)}"
                                       for name, values in samples.items()),
+        "",
+        "The whole-file check before the file is `ready` (a file of several parts), after each portal upload:",
+        "",
+        "| Check | median | best | vs the raw read-back, paired by round |",
+        "| --- | --- | --- | --- |",
+        *[f"| {label} | {statistics.median(checks[name]):.2f} s ({rate(statistics.median(checks[name])):.0f} MiB/s) "
+          f"| {min(checks[name]):.2f} s | ×{statistics.median(v / r for v, r in zip(checks[name], checks['raw read-back'], strict=True)):.2f} |"
+          for label, name in [("portal: `verify_upload` (read back from the store, SHA-256, file made ready)", "verify"),
+                              ("raw: boto3 `get_object` streamed through SHA-256, 4 MiB chunks", "raw read-back")]],
+        "",
+        "All rounds (s): " + "; ".join(f"{name} {', '.join(f'{v:.2f}' for v in values)}" for name, values in checks.items()),
     ]
     text = "\n".join(lines) + "\n"
     print(text)
     (ROOT / "bench" / "results-storage.md").write_text(text)
     return 0
+
+
+def _verify(stored: dict, size: int) -> float:
+    """Seconds `verify_upload` takes to make this portal upload ready (it must: the bytes are the uploader's)."""
+    from portal.storage.models import FileState, StoredFile, UploadSession
+    from portal.storage.verify import verify_upload
+
+    session = UploadSession.objects.filter(stored_file_id=stored["id"]).latest("created_at")
+    start = time.perf_counter()
+    outcome = verify_upload(session.pk)
+    seconds = time.perf_counter() - start
+    assert outcome == "verified", outcome
+    assert StoredFile.objects.get(pk=stored["id"]).state == FileState.READY and session.size == size
+    return seconds
+
+
+def _read_back(s3, bucket: str, key: str) -> float:
+    """Seconds to read an object back and hash it with boto3 alone, in verify's chunk size."""
+    import hashlib
+
+    from portal.storage.verify import HASH_CHUNK
+
+    start = time.perf_counter()
+    digest = hashlib.sha256()
+    body = s3.get_object(Bucket=bucket, Key=key)["Body"]
+    for chunk in body.iter_chunks(HASH_CHUNK):
+        digest.update(chunk)
+    body.close()
+    return time.perf_counter() - start
 
 
 def _weed_version() -> str:
