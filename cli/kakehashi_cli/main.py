@@ -245,6 +245,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
             if attempt == 2 or args.dry_run:
                 raise
             time.sleep(2 * (attempt + 1))
+    if sweep:
+        answer = _whole_sweep(client, answer)
     if args.json:
         _print_json(answer)
     elif sweep:
@@ -281,6 +283,17 @@ def _sweep(items: list[str] | None) -> dict[str, list[Any]]:
             raise UsageError(f"--sweep {name}= needs values, e.g. --sweep {name}=0.1,0.01")
         sweep[name] = parsed
     return sweep
+
+
+def _whole_sweep(client: Client, answer: dict[str, Any]) -> dict[str, Any]:
+    """The sweep with every job: the portal answers a page of them (100 unless asked), `jobs_next` links the rest."""
+    jobs = list(answer["jobs"])
+    following = answer.get("jobs_next")  # a portal before sweeps were paged sent every job and no link
+    while following:
+        page = client.get(following)
+        jobs.extend(page["jobs"])
+        following = page.get("jobs_next")
+    return {**answer, "jobs": jobs, "jobs_next": None, "jobs_previous": None}
 
 
 def _print_sweep(answer: dict[str, Any], dry_run: bool) -> None:

@@ -6,15 +6,20 @@ not reveal what exists in other projects.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django.db.models import OuterRef, Q, QuerySet, Subquery
+from django.urls import reverse
 
 from portal.api.errors import NotFound
+from portal.api.pagination import page_of
+from portal.budgets.actions import Money
 from portal.catalog import queries as catalog
 from portal.catalog.models import HardwareType, Software
 from portal.clusters.models import Allocation, Cluster
-from portal.jobs.actions import SweepSubmission, sweep_of
+from portal.jobs.actions import SweepSubmission
 from portal.jobs.models import Job, JobGroup
-from portal.jobs.queries import visible_jobs
+from portal.jobs.queries import sweep_totals, visible_jobs
 from portal.projects import access
 from portal.projects.models import Membership, Project
 from portal.storage.models import StoredFile
@@ -83,12 +88,52 @@ def job_or_404(user, pk: int) -> Job:
     return job
 
 
-def sweep_or_404(user, pk: int) -> SweepSubmission:
-    """A sweep of a project the user can see, with its jobs."""
+def sweep_or_404(user, pk: int) -> JobGroup:
+    """A sweep of a project the user can see."""
     group = JobGroup.objects.filter(pk=pk, project__in=access.visible_projects(user)).first()
     if group is None:
         raise NotFound(f"sweep {pk} not found (or not in a project you can see)")
-    return sweep_of(group)
+    return group
+
+
+SWEEP_PAGE = 100  # a sweep's jobs an answer carries unless `limit` says otherwise: all of any sweep one submit makes
+
+
+@dataclass
+class SweepPage:
+    """A sweep as the API answers it: the whole sweep's figures, and a page of its jobs in array order."""
+
+    group: JobGroup  # unsaved for a dry run
+    jobs: list[Job]  # this page's
+    jobs_count: int  # all of them
+    jobs_next: str | None
+    jobs_previous: str | None
+    script: str  # the array's job script (array mode), else the first job's
+    estimate: Money | None  # what all of its jobs reserve
+    created: bool  # False: replayed by its Idempotency-Key, a dry run, or read later
+
+    @property
+    def array(self) -> bool:
+        return self.group.array
+
+    @classmethod
+    def drafted(cls, sweep: SweepSubmission) -> SweepPage:
+        """A dry run's answer: every point it would submit (nothing recorded, so nothing to page on; at most
+        MAX_SWEEP_JOBS)."""
+        return cls(sweep.group, sweep.jobs, len(sweep.jobs), None, None, sweep.script, sweep.estimate, created=False)
+
+
+def sweep_page(request, group: JobGroup, *, created: bool = False) -> SweepPage:
+    """A recorded sweep with one page of its jobs (`limit`, `offset`): as many queries for 1,000 points as for 5."""
+    jobs = group.jobs.all()
+    totals = sweep_totals(jobs)
+    page = page_of(request, jobs.select_related("project", "user", "cluster", "hardware", "software")
+                   .prefetch_related("artifacts", "datasets").order_by("array_index", "pk"),
+                   path=reverse("api-sweep-detail", args=[group.pk]), default_limit=SWEEP_PAGE)
+    # Whichever page this is, the sweep's script is its first job's (an array element's is the array's).
+    first = jobs.order_by("array_index", "pk").values_list("own_script", flat=True).first()
+    return SweepPage(group, page.items, page.count, page.next, page.previous, script=first or group.rendered_script,
+                     estimate=Money(totals.estimate, totals.unit) if totals.unit else None, created=created)
 
 
 def file_or_404(user, project: Project, pk: int) -> StoredFile:

@@ -339,7 +339,8 @@ class SweepSubmitSerializer(JobSubmitSerializer):
 
 
 class SweepSerializer(serializers.Serializer):
-    """A sweep: its jobs, one per point, each with its own parameters, state and cost."""
+    """A sweep (portal.api.queries.SweepPage): its jobs, one per point, each with its own parameters, state and cost,
+    a page at a time (`limit`, `offset` as the lists; `jobs_next` links the next page, null on the last)."""
 
     id = serializers.IntegerField(source="group.pk", allow_null=True, help_text="null for a dry run")
     name = serializers.CharField(source="group.name")
@@ -351,7 +352,10 @@ class SweepSerializer(serializers.Serializer):
     script = serializers.CharField(help_text="the array's job script (array mode), else the first job's")
     estimate = MoneyField(allow_null=True, help_text="for all of its jobs")
     created = serializers.BooleanField(help_text="false when an Idempotency-Key replayed an earlier sweep, or for a dry run")
-    jobs = JobSerializer(many=True)
+    jobs = JobSerializer(many=True, help_text="a page of its jobs in array order: `limit` (default 100) from `offset`")
+    jobs_count = serializers.IntegerField(help_text="how many jobs the sweep has, on every page")
+    jobs_next = serializers.URLField(allow_null=True, help_text="GET it for the next page of jobs; null on the last")
+    jobs_previous = serializers.URLField(allow_null=True, help_text="the page before; null on the first")
 
 
 class PlaceSerializer(serializers.Serializer):  # a catalog.places.Place

@@ -17,6 +17,7 @@ from rest_framework.response import Response
 from portal.api import queries
 from portal.api.base import ApiView, ListView, query_int
 from portal.api.errors import ApiError, NotFound
+from portal.api.pagination import page_parameters
 from portal.api.parsers import JSONParser
 from portal.api.places import places_answer
 from portal.api.schema import BAD_INPUT, COMMON_ERRORS, NOT_FOUND, error
@@ -174,7 +175,10 @@ class SweepCreateView(ApiView):
         dry_run = data["dry_run"]
         sweep = actions.submit_sweep(request.user, _job_request(request.user, data), data["sweep"], dry_run=dry_run,
                                      array=data["array"], idempotency_key=None if dry_run else _idempotency_key(request))
-        answer = SweepSerializer(sweep, context={"request": request}).data
+        # A recorded sweep answers as GET sweeps/{id}/ does, with the first page of its jobs (a replay too).
+        shown = queries.SweepPage.drafted(sweep) if dry_run else queries.sweep_page(request, sweep.group,
+                                                                                      created=sweep.created)
+        answer = SweepSerializer(shown, context={"request": request}).data
         if dry_run or not sweep.created:
             return Response(answer, status=status.HTTP_200_OK)
         return Response(answer, status=status.HTTP_201_CREATED,
@@ -182,9 +186,12 @@ class SweepCreateView(ApiView):
 
 
 class SweepDetailView(ApiView):
-    @extend_schema(responses={200: SweepSerializer, **COMMON_ERRORS, **NOT_FOUND}, summary="One sweep and its jobs")
+    @extend_schema(parameters=page_parameters(queries.SWEEP_PAGE),
+                   responses={200: SweepSerializer, **COMMON_ERRORS, **NOT_FOUND},
+                   summary="One sweep and a page of its jobs (follow jobs_next for the rest)")
     def get(self, request, pk: int):
-        return Response(SweepSerializer(queries.sweep_or_404(request.user, pk), context={"request": request}).data)
+        group = queries.sweep_or_404(request.user, pk)
+        return Response(SweepSerializer(queries.sweep_page(request, group), context={"request": request}).data)
 
 
 class SweepCancelView(ApiView):
@@ -195,9 +202,9 @@ class SweepCancelView(ApiView):
         summary="Cancel every job of a sweep that has not ended",
     )
     def post(self, request, pk: int):
-        sweep = queries.sweep_or_404(request.user, pk)
-        actions.request_cancel_sweep(sweep.group, request.user)
-        return Response(SweepSerializer(queries.sweep_or_404(request.user, pk), context={"request": request}).data,
+        group = queries.sweep_or_404(request.user, pk)
+        actions.request_cancel_sweep(group, request.user)  # every job of it not ended, on whichever page
+        return Response(SweepSerializer(queries.sweep_page(request, group), context={"request": request}).data,
                         status=status.HTTP_202_ACCEPTED)
 
 

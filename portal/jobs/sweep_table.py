@@ -1,17 +1,18 @@
 """The sweep page's table: each point's parameters as key=value, state, how long it ran, cost and the metrics it
-reported (outputs/metrics.json), with the sweep's total. Plain functions over jobs already loaded."""
+reported (outputs/metrics.json), for the page of points shown, beside the whole sweep's totals (summed by
+PostgreSQL: portal.jobs.queries.sweep_totals). Plain functions over jobs already loaded."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from decimal import Decimal
 
 from django.utils import timezone
 
 from portal.jobs.listing import format_duration, run_duration
 from portal.jobs.metrics import format_metric
 from portal.jobs.models import Job
+from portal.jobs.queries import SweepTotals
 
 
 def parameter_text(value) -> str:
@@ -29,31 +30,18 @@ class SweepRow:
 
 @dataclass
 class SweepTable:
-    rows: list[SweepRow]
-    metric_names: list[str]
-    settled: Decimal  # what the ended points cost
-    reserved: Decimal  # still reserved for points not settled yet
-    unit: str
-
-    @property
-    def total(self) -> Decimal:
-        return self.settled + self.reserved
+    rows: list[SweepRow]  # the page's points
+    metric_names: list[str]  # what the page's points reported
+    totals: SweepTotals  # the whole sweep's
 
 
-def sweep_table(jobs: list[Job]) -> SweepTable:
+def sweep_table(jobs: list[Job], totals: SweepTotals) -> SweepTable:
     now = timezone.now()
     names = sorted({name for job in jobs for name in (job.metrics or {})})
-    rows, settled, reserved = [], Decimal(0), Decimal(0)
-    for job in jobs:
-        if job.cost_amount is not None:
-            settled += job.cost_amount
-        elif job.estimate_amount is not None and not job.is_final:
-            reserved += job.estimate_amount
-        rows.append(SweepRow(
-            job=job,
-            parameters=[(key, parameter_text(value)) for key, value in (job.parameters or {}).items()],
-            duration=format_duration(run_duration(job, now)),
-            metrics=[format_metric((job.metrics or {}).get(name)) for name in names],
-        ))
-    unit = next((job.estimate_unit for job in jobs if job.estimate_unit), "")
-    return SweepTable(rows, names, settled, reserved, unit)
+    rows = [SweepRow(
+        job=job,
+        parameters=[(key, parameter_text(value)) for key, value in (job.parameters or {}).items()],
+        duration=format_duration(run_duration(job, now)),
+        metrics=[format_metric((job.metrics or {}).get(name)) for name in names],
+    ) for job in jobs]
+    return SweepTable(rows, names, totals)

@@ -14,6 +14,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
@@ -29,7 +30,7 @@ from portal.jobs.actions import format_walltime
 from portal.jobs.forms import PARAM_PREFIX, JobForm
 from portal.jobs.models import Job, JobGroup, JobState
 from portal.jobs.outputs import request_output_refresh
-from portal.jobs.queries import visible_jobs
+from portal.jobs.queries import sweep_totals, visible_jobs
 from portal.jobs.sweep_table import parameter_text, sweep_table
 from portal.projects import access
 from portal.storage.actions import job_output_url, open_job_output
@@ -39,6 +40,7 @@ from portal.storage.queries import visible_files
 # htmx stops polling when a response has this status.
 STOP_POLLING = 286
 COLLECT_GRACE = timedelta(seconds=15)
+POINTS_PAGE = 100  # a sweep's points a page shows (a sweep may have 1,000); its totals and buttons cover them all
 
 
 def _job_or_404(user, pk: int) -> Job:
@@ -355,22 +357,26 @@ def _group_or_404(user, pk: int) -> JobGroup:
 
 @login_required
 def job_group(request, pk: int):
+    """A sweep's page: POINTS_PAGE points a page (as the other pages page their rows), beside the whole sweep's
+    totals, counts and buttons; htmx refreshes the page shown until every job of the sweep has ended."""
     group = _group_or_404(request.user, pk)
-    jobs = list(visible_jobs(request.user).filter(group=group).order_by("array_index", "pk").prefetch_related("artifacts"))
-    for job in jobs:  # a notebook sweep's points are compared beside their executed notebooks
+    jobs = visible_jobs(request.user).filter(group=group)
+    totals = sweep_totals(jobs)
+    page = Paginator(jobs.order_by("array_index", "pk").prefetch_related("artifacts"), POINTS_PAGE).get_page(
+        request.GET.get("page"))
+    points = list(page.object_list)
+    for job in points:  # a notebook sweep's points are compared beside their executed notebooks
         job.executed_notebook = next((a for a in job.artifacts.all() if a.path == notebooks.EXECUTED_NOTEBOOK
                                       and a.stored_name), None)
-    states = [job.state for job in jobs]
-    counts = {label: states.count(value) for value, label in JobState.choices if value in states}
     template = "jobs/_group_table.html" if request.htmx else "jobs/group.html"
-    active = sum(1 for job in jobs if not job.is_final)
     response = render(request, template, {
-        "group": group, "jobs": jobs, "active": active, "counts": counts, "table": sweep_table(jobs),
+        "group": group, "page": page, "totals": totals, "table": sweep_table(points, totals),
         "sweep_values": [(name, ", ".join(parameter_text(v) for v in values)) for name, values in (group.sweep or {}).items()],
-        "rerunnable": len(actions.points_to_rerun(group)),
-        "notebook_sweep": any(job.kind == Job.Kind.NOTEBOOK for job in jobs),
+        # Only a sweep with a failed or timed-out job can have points to re-run: the others skip reading them.
+        "rerunnable": len(actions.points_to_rerun(group)) if totals.failed else 0,
+        "notebook_sweep": any(job.kind == Job.Kind.NOTEBOOK for job in points),
     })
-    if request.htmx and all(job.is_final for job in jobs):
+    if request.htmx and not totals.active:
         response.status_code = STOP_POLLING
     return response
 

@@ -157,6 +157,23 @@ def test_a_sweep_is_a_job_per_combination_and_a_retry_with_its_key_submits_nothi
     assert empty.code == 2 and "needs values" in empty.err
 
 
+def test_a_sweep_larger_than_a_page_of_the_answer_is_printed_whole(logged_in, tmp_path, monkeypatch):
+    from portal.api import queries as api_queries
+
+    monkeypatch.setattr(api_queries, "SWEEP_PAGE", 2)  # the portal answers two jobs a page; the sweep has five
+    script = tmp_path / "seed.sh"
+    script.write_text('echo "$SEED"\n')
+    args = ("submit", str(script), "--project", "vision", "--hardware", "local-cpu", "--walltime", "10m",
+            "--sweep", "SEED=1,2,3,4,5")
+    result = logged_in(*args)
+    assert result.code == 0, result.err
+    assert "5 jobs job by job" in result.out
+    assert all(f'{{"SEED": {seed}}}' in result.out for seed in range(1, 6)), result.out
+    answer = logged_in("--json", *args).json()
+    assert [job["parameters"] for job in answer["jobs"]] == [{"SEED": seed} for seed in range(1, 6)]
+    assert answer["jobs_count"] == 5 and answer["jobs_next"] is None
+
+
 def test_refusals_by_the_portal_are_exit_code_3_with_its_message(logged_in, tmp_path):
     script = tmp_path / "x.sh"
     script.write_text("echo x\n")

@@ -260,3 +260,104 @@ def test_the_members_page_costs_as_many_queries_with_120_members_as_with_1_and_p
     assert many == few
     last = client.get(url() + "?page=3").content.decode()
     assert "Page 3 of 3" in last and 'data-user="m119"' in last and 'data-user="m000"' not in last
+
+
+# ------------------------------------------------------------------------------- a sweep's points, a page at a time
+
+
+def _sweep(site, monkeypatch, points: int, name: str = "grid") -> list[Job]:
+    """A sweep of `points` points of alice's, job by job, in the order its page and the API list them."""
+    from portal.jobs.actions import sweeps as sweep_actions
+
+    monkeypatch.setattr(sweep_actions, "MAX_SWEEP_JOBS", max(points, sweep_actions.MAX_SWEEP_JOBS))  # as bench/ does
+    req = JobRequest(project=site.project, name=name, script="true", hardware=site.hardware, walltime="00:01:00")
+    group = actions.submit_sweep(site.alice, req, {"SEED": list(range(points))}, array=False).group
+    return list(Job.objects.filter(group=group).order_by("array_index", "pk"))
+
+
+def _shown(page: str) -> list[int]:
+    """The jobs whose rows a sweep's page shows, top to bottom."""
+    return [int(part.split('"', 1)[0]) for part in page.split('<tr data-job="')[1:]]
+
+
+def test_a_sweeps_page_and_its_api_answer_cost_as_many_queries_with_300_points_as_with_5(client, local_site,
+                                                                                       monkeypatch):
+    few, many = _sweep(local_site, monkeypatch, 5, "few")[0].group_id, _sweep(local_site, monkeypatch, 300)[0].group_id
+    token = issue_token(local_site.alice, name="pages", scopes=("read",))[1]
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+    client.force_login(local_site.alice)
+    page, api = (lambda pk: reverse("job-group", args=[pk])), (lambda pk: reverse("api-sweep-detail", args=[pk]))
+    client.get(page(few)), client.get(api(few), **headers)  # caches (sessions, the token's last use) warm
+    counts = {
+        "page": (_queries(client, page(few)), _queries(client, page(many)), _queries(client, page(many) + "?page=3")),
+        "htmx": (_queries(client, page(few), HTTP_HX_REQUEST="true"),
+                 _queries(client, page(many) + "?page=2", HTTP_HX_REQUEST="true")),
+        "api": (_queries(client, api(few), **headers), _queries(client, api(many), **headers),
+                _queries(client, client.get(api(many), **headers).json()["jobs_next"], **headers)),
+    }
+    print(counts)  # the figures README quotes
+    assert all(len(set(each)) == 1 for each in counts.values()), counts
+
+
+def test_page_2_of_a_300_point_sweep_shows_points_101_to_200_on_the_page_and_in_the_api(client, local_site,
+                                                                                       monkeypatch):
+    jobs = _sweep(local_site, monkeypatch, 300)
+    client.force_login(local_site.alice)
+    url = reverse("job-group", args=[jobs[0].group_id])
+    first = client.get(url).content.decode()
+    assert _shown(first) == [job.pk for job in jobs[:100]]
+    assert "Points 1–100 of 300" in first and 'href="?page=2"' in first
+    second = client.get(url + "?page=2").content.decode()
+    assert _shown(second) == [job.pk for job in jobs[100:200]]
+    assert "Points 101–200 of 300" in second and "grid-100<" in second and "grid-199<" in second
+    assert f'hx-get="{url}?page=2"' in second  # the live refresh keeps to the page shown
+    assert _shown(client.get(url + "?page=2", HTTP_HX_REQUEST="true").content.decode()) == [j.pk for j in jobs[100:200]]
+
+    token = issue_token(local_site.alice, name="pages", scopes=("read",))[1]
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+    answer = client.get(reverse("api-sweep-detail", args=[jobs[0].group_id]), **headers).json()
+    assert [job["id"] for job in answer["jobs"]] == [job.pk for job in jobs[:100]] and answer["jobs_count"] == 300
+    assert answer["jobs_previous"] is None
+    answer = client.get(answer["jobs_next"], **headers).json()
+    assert [job["id"] for job in answer["jobs"]] == [job.pk for job in jobs[100:200]]
+    last = client.get(answer["jobs_next"], **headers).json()
+    assert [job["id"] for job in last["jobs"]] == [job.pk for job in jobs[200:]] and last["jobs_next"] is None
+    assert client.get(last["jobs_previous"], **headers).json()["jobs"] == answer["jobs"]
+
+
+def test_the_totals_on_page_2_of_a_sweep_cover_every_point_of_it(client, local_site, monkeypatch):
+    from portal.api import queries as api_queries
+    from portal.budgets.display import amount_text as money_text
+    from portal.jobs import views as job_views
+
+    monkeypatch.setattr(job_views, "POINTS_PAGE", 10)
+    monkeypatch.setattr(api_queries, "SWEEP_PAGE", 10)
+    jobs = _sweep(local_site, monkeypatch, 25)
+    now = timezone.now()
+    ended = jobs[:4]  # all on page 1: two completed, two failed, each charged its minute
+    Job.objects.filter(pk__in=[job.pk for job in ended]).update(state="running", scheduler_id="x", started_at=now)
+    for i, job in enumerate(ended):
+        tracking.finish_job(job.pk, JobRecord("x", State.COMPLETED if i % 2 else State.FAILED, 1 - i % 2,
+                                              now - timedelta(minutes=1), now, 60))
+    settled = sum(Job.objects.get(pk=job.pk).cost_amount for job in ended)
+    reserved = sum(job.estimate_amount for job in jobs[4:])
+    assert settled > 0 and reserved > 0
+
+    client.force_login(local_site.alice)
+    url = reverse("job-group", args=[jobs[0].group_id])
+    second = client.get(url + "?page=2").content.decode()
+    assert _shown(second) == [job.pk for job in jobs[10:20]]
+    assert f"Sweep cost: <strong>{money_text(settled + reserved)} points</strong>" in second
+    assert f"({money_text(settled)} settled, {money_text(reserved)} still reserved" in second
+    assert "Completed: <strong>2</strong>" in second and "Failed: <strong>2</strong>" in second
+    assert "Queued: <strong>21</strong>" in second
+    assert "Cancel the sweep (21 not ended)" in second and "Re-run failed points (2)" in second
+    # Every point shown on page 3 has ended, but the sweep has not: the page keeps following it.
+    Job.objects.filter(pk__in=[job.pk for job in jobs[20:]]).update(state="cancelled")
+    assert client.get(url + "?page=3", HTTP_HX_REQUEST="true").status_code == 200
+
+    token = issue_token(local_site.alice, name="pages", scopes=("read",))[1]
+    answer = client.get(reverse("api-sweep-detail", args=[jobs[0].group_id]) + "?offset=10",
+                        HTTP_AUTHORIZATION=f"Bearer {token}").json()
+    assert [job["id"] for job in answer["jobs"]] == [job.pk for job in jobs[10:20]] and answer["jobs_count"] == 25
+    assert answer["estimate"]["amount"] == f"{sum(job.estimate_amount for job in jobs):.4f}"
