@@ -302,6 +302,10 @@ def _print_sweep(answer: dict[str, Any], dry_run: bool) -> None:
         print(answer["script"].rstrip("\n"))
         print(f"\n# dry run: nothing was submitted. {len(answer['jobs'])} jobs, {how}; "
               f"estimate for all: {_money(answer.get('estimate'))}")
+        if answer.get("places") is not None:
+            print()
+            _print_places("# Where each point's shape can run, cheapest first, a point's cost (change --hardware/--nodes "
+                          "to move it):", answer["places"])
         return
     verb = "Submitted" if answer.get("created") else "Already submitted (same idempotency key)"
     print(f"{verb} sweep {answer['id']} ({answer['name']}): {len(answer['jobs'])} jobs {how}. "

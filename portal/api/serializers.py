@@ -338,26 +338,6 @@ class SweepSubmitSerializer(JobSubmitSerializer):
     )
 
 
-class SweepSerializer(serializers.Serializer):
-    """A sweep (portal.api.queries.SweepPage): its jobs, one per point, each with its own parameters, state and cost,
-    a page at a time (`limit`, `offset` as the lists; `jobs_next` links the next page, null on the last)."""
-
-    id = serializers.IntegerField(source="group.pk", allow_null=True, help_text="null for a dry run")
-    name = serializers.CharField(source="group.name")
-    project = serializers.SlugField(source="group.project.slug")
-    sweep = serializers.DictField(source="group.sweep")
-    array = serializers.BooleanField(help_text="submitted as one scheduler array")
-    scheduler_id = serializers.CharField(source="group.scheduler_id", allow_blank=True,
-                                         help_text="the array's own id, once submitted")
-    script = serializers.CharField(help_text="the array's job script (array mode), else the first job's")
-    estimate = MoneyField(allow_null=True, help_text="for all of its jobs")
-    created = serializers.BooleanField(help_text="false when an Idempotency-Key replayed an earlier sweep, or for a dry run")
-    jobs = JobSerializer(many=True, help_text="a page of its jobs in array order: `limit` (default 100) from `offset`")
-    jobs_count = serializers.IntegerField(help_text="how many jobs the sweep has, on every page")
-    jobs_next = serializers.URLField(allow_null=True, help_text="GET it for the next page of jobs; null on the last")
-    jobs_previous = serializers.URLField(allow_null=True, help_text="the page before; null on the first")
-
-
 class PlaceSerializer(serializers.Serializer):  # a catalog.places.Place
     cluster = serializers.SlugField(source="cluster.slug")
     cluster_name = serializers.CharField(source="cluster.name")
@@ -381,6 +361,33 @@ class PlaceSerializer(serializers.Serializer):  # a catalog.places.Place
     checked_at = serializers.DateTimeField(source="health.checked_at", allow_null=True,
                                            help_text="when the cluster was last asked")
     busy = serializers.CharField(help_text="how busy it is, in words")
+
+
+class SweepSerializer(serializers.Serializer):
+    """A sweep (portal.api.queries.SweepPage): its jobs, one per point, each with its own parameters, state and cost,
+    a page at a time (`limit`, `offset` as the lists; `jobs_next` links the next page, null on the last)."""
+
+    id = serializers.IntegerField(source="group.pk", allow_null=True, help_text="null for a dry run")
+    name = serializers.CharField(source="group.name")
+    project = serializers.SlugField(source="group.project.slug")
+    sweep = serializers.DictField(source="group.sweep")
+    array = serializers.BooleanField(help_text="submitted as one scheduler array")
+    scheduler_id = serializers.CharField(source="group.scheduler_id", allow_blank=True,
+                                         help_text="the array's own id, once submitted")
+    script = serializers.CharField(help_text="the array's job script (array mode), else the first job's")
+    estimate = MoneyField(allow_null=True, help_text="for all of its jobs")
+    created = serializers.BooleanField(help_text="false when an Idempotency-Key replayed an earlier sweep, or for a dry run")
+    jobs = JobSerializer(many=True, help_text="a page of its jobs in array order: `limit` (default 100) from `offset`")
+    jobs_count = serializers.IntegerField(help_text="how many jobs the sweep has, on every page")
+    jobs_next = serializers.URLField(allow_null=True, help_text="GET it for the next page of jobs; null on the last")
+    jobs_previous = serializers.URLField(allow_null=True, help_text="the page before; null on the first")
+    places = serializers.SerializerMethodField(
+        help_text="dry run only: every place one point's shape may run for the project, cheapest first (as GET "
+                  "places/; every point has that shape, so each cost is a point's)")
+
+    @extend_schema_field(PlaceSerializer(many=True, allow_null=True))
+    def get_places(self, sweep) -> list[dict[str, Any]] | None:
+        return self.context.get("places")
 
 
 class SubmissionSerializer(JobSerializer):

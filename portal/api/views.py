@@ -178,7 +178,9 @@ class SweepCreateView(ApiView):
         # A recorded sweep answers as GET sweeps/{id}/ does, with the first page of its jobs (a replay too).
         shown = queries.SweepPage.drafted(sweep) if dry_run else queries.sweep_page(request, sweep.group,
                                                                                       created=sweep.created)
-        answer = SweepSerializer(shown, context={"request": request}).data
+        # A dry run compares places for one point's shape (every point has it), as a job's dry run does.
+        answer = SweepSerializer(shown, context={
+            "request": request, "places": _places(sweep.submissions[0].job) if dry_run else None}).data
         if dry_run or not sweep.created:
             return Response(answer, status=status.HTTP_200_OK)
         return Response(answer, status=status.HTTP_201_CREATED,

@@ -59,3 +59,27 @@ def test_a_dry_run_prints_the_same_comparison_as_places_below_the_script_and_est
     assert "not checked yet" in lines[heading + 2] and len(lines) == heading + 4
     places = logged_in("places", "--project", "vision", "--gpus", "a100:8", "--hours", "2")
     assert places.out.splitlines()[1:] == lines[heading + 1:]
+
+
+def test_a_sweeps_dry_run_prints_the_comparison_for_one_points_shape_below_the_estimate_for_all(logged_in, offers,
+                                                                                               tmp_path):
+    from portal.jobs.models import Job, JobGroup
+
+    script = tmp_path / "train.sh"
+    script.write_text('python train.py --lr "$LR"\n')
+    result = logged_in("submit", str(script), "--project", "vision", "--hardware", "a100x4", "--nodes", "2",
+                       "--walltime", "2h", "--sweep", "LR=0.1,0.01,0.001", "--dry-run")
+    assert result.code == 0, result.err
+    assert "3 jobs" in result.out and "estimate for all: 60.00 points" in result.out  # 3 × 2 nodes × 5 × 2 h
+    assert Job.objects.count() == 0 and JobGroup.objects.count() == 0
+    lines = result.out.splitlines()
+    heading = lines.index("# Where each point's shape can run, cheapest first, a point's cost (change "
+                          "--hardware/--nodes to move it):")
+    # A point's cost, as `kakehashi places` prints it for the same shape (8×A100 for 2 h).
+    assert lines[heading + 2].split()[:5] == ["local", "a100x4", "2×4", "20.00", "points"]
+    assert lines[heading + 3].split()[:5] == ["local", "a100x8", "1×8", "60.00", "points"]
+    places = logged_in("places", "--project", "vision", "--gpus", "a100:8", "--hours", "2")
+    assert places.out.splitlines()[1:] == lines[heading + 1:]
+    as_json = logged_in("--json", "submit", str(script), "--project", "vision", "--hardware", "a100x4", "--nodes", "2",
+                        "--walltime", "2h", "--sweep", "LR=0.1,0.01", "--dry-run")
+    assert [p["hardware"] for p in as_json.json()["places"]] == ["a100x4", "a100x8"]
