@@ -75,6 +75,7 @@ lint: dev-venv
 bench: dev-venv cluster-harness
 	$(BIN)/python -m bench.run
 	$(BIN)/python -m bench.storage
+	$(BIN)/python -m bench.accounting
 	$(BIN)/python -m bench.staging
 	$(BIN)/python -m bench.cloud
 	$(BIN)/python -m bench.pages

@@ -254,7 +254,8 @@ class AWSBatchBackend(Backend):
     def statuses(self, scheduler_ids: Sequence[str]) -> dict[str, JobStatus]:
         return {job_id: parse_status(job) for job_id, job in self.describe(scheduler_ids).items()}
 
-    def final_records(self, scheduler_ids: Sequence[str]) -> dict[str, JobRecord]:
+    def final_records(self, scheduler_ids: Sequence[str], *,
+                      submitted_since: datetime | None = None) -> dict[str, JobRecord]:
         ids = self.check_ids(scheduler_ids)
         # The tracker asks for the records of jobs `statuses` just described: one describe_jobs serves both.
         known = {i: self._described[i] for i in ids if i in self._described and self._described[i]["status"]

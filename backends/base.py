@@ -16,6 +16,7 @@ import re
 import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import ClassVar
 
 from backends.safety import DIRECTIVE_PREFIXES, check_job_name, directive_lines, validate_spec
@@ -254,9 +255,11 @@ class Backend(ABC):
             return {}
         return self.parse_statuses(self.run(self.status_command(ids)), ids)
 
-    def final_records(self, scheduler_ids: Sequence[str]) -> dict[str, JobRecord]:
+    def final_records(self, scheduler_ids: Sequence[str], *,
+                      submitted_since: datetime | None = None) -> dict[str, JobRecord]:
         """Accounting records of finished jobs, in one scheduler call. Jobs accounting does not (yet) know are
-        absent."""
+        absent. `submitted_since` (none of them was submitted earlier) lets a scheduler whose accounting has no
+        index read less of it (Grid Engine); others ignore it."""
         ids = self.check_ids(scheduler_ids)
         if not ids:
             return {}

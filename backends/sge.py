@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 
 from backends.base import (
     SCRIPT_FILE,
@@ -55,6 +56,9 @@ from backends.sge_parse import (
 from backends.transport import CommandResult
 
 PROFILES = ("tsubame", "abci", "generic")
+# Every job the portal submits is named kh-<uuid10>-<name> (portal/jobs/specs.py scheduler_name): a qacct pattern.
+PORTAL_JOB_NAMES = "kh-*"
+RECENT_RECORDS_MARGIN = timedelta(hours=1)
 # Profiles whose qsub takes the group as `-g GROUP` on the command line.
 _COMMAND_LINE_GROUP = {"tsubame", "abci"}
 
@@ -186,6 +190,27 @@ class SGEBackend(Backend):
 
     def parse_statuses(self, result: CommandResult, scheduler_ids: Sequence[str]) -> dict[str, JobStatus]:
         return parse_qstat_xml(self.checked(result, "qstat"), set(scheduler_ids))
+
+    def final_records(self, scheduler_ids: Sequence[str], *,
+                      submitted_since: datetime | None = None) -> dict[str, JobRecord]:
+        """qacct has no index: each call reads the whole accounting file (gigabytes at a centre), and takes one job.
+        Given when the earliest of these jobs was submitted, one qacct lists every portal job (named `kh-…`) that
+        started since, a single read of the file for them all; only the jobs it does not list (never started,
+        not written yet, a name of another shape) are then asked one by one, as without the hint."""
+        ids = self.check_ids(scheduler_ids)
+        jobs = dict.fromkeys(i.partition(".")[0] for i in ids)
+        if submitted_since is None or len(jobs) < 2:
+            return super().final_records(ids)
+        found = parse_qacct(self.run(self.recent_records_command(submitted_since)).stdout, set(ids))
+        missing = [i for i in ids if i not in found]
+        return {**found, **(super().final_records(missing) if missing else {})}
+
+    def recent_records_command(self, submitted_since: datetime) -> str:
+        """Every portal job's records whose job started after `submitted_since` less an hour (clocks of the portal
+        and the login node may differ): `-b` takes the login node's local time, UTC under TZ=UTC0. No match, or a
+        qacct that cannot read its file, prints nothing here; the jobs are then asked one by one, which reports it."""
+        begin = (submitted_since.astimezone(UTC) - RECENT_RECORDS_MARGIN).strftime("%Y%m%d%H%M")
+        return f"TZ=UTC0 LC_ALL=C qacct -b {begin} -j {shlex.quote(PORTAL_JOB_NAMES)} 2>/dev/null; true"
 
     def records_command(self, scheduler_ids: Sequence[str]) -> str:
         # qacct takes one job per call: loop on the login node so it stays one SSH exec. A job's output holds

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -379,6 +379,29 @@ def test_final_records_ask_qacct_for_many_ids_in_one_command_in_utc():
     three = records[IDS["three"]]
     assert (three.state, three.exit_code, three.reason) == (State.FAILED, 3, "exit code 3")
     assert three.raw["category"] == "-l f_node=1,h_rt=60"
+
+
+def test_told_when_the_jobs_were_submitted_qacct_reads_the_accounting_once_for_all_and_asks_only_the_missing_one():
+    # Recorded from the test cluster: the same qacct output serves the one pass (it lists ok and three); held was
+    # deleted while waiting and has no record, so it alone is asked for again (and still has none).
+    b = backend("generic", ok(fixture("qacct-loop.txt")), ok("", f"error: job id {IDS['held']} not found\n"))
+    tokyo = timezone(timedelta(hours=9))
+    records = b.final_records([IDS["ok"], IDS["three"], IDS["held"]],
+                              submitted_since=datetime(2026, 11, 24, 17, 30, tzinfo=tokyo))
+    once, missing = b.transport.commands
+    # 08:30 UTC less the hour allowed for the two clocks, in the login node's zone as the command sets it.
+    assert once == "TZ=UTC0 LC_ALL=C qacct -b 202611240730 -j 'kh-*' 2>/dev/null; true"
+    assert missing.startswith(f"for id in {IDS['held']}; do TZ=UTC0 LC_ALL=C qacct -j")
+    assert set(records) == {IDS["ok"], IDS["three"]}
+    assert records == backend("generic", ok(fixture("qacct-loop.txt"))).final_records([IDS["ok"], IDS["three"]])
+
+
+def test_one_job_or_no_hint_keeps_one_qacct_per_job():
+    for ids, since in (([IDS["ok"]], datetime(2026, 11, 24, tzinfo=UTC)), ([IDS["ok"], IDS["three"]], None)):
+        b = backend("generic", ok(fixture("qacct-loop.txt")))
+        b.final_records(ids, submitted_since=since)
+        (command,) = b.transport.commands
+        assert command.startswith(f"for id in {' '.join(ids)}; do")
 
 
 def test_qacct_errors_other_than_not_found_are_retryable():
