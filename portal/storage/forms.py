@@ -15,3 +15,19 @@ class UploadForm(forms.Form):
     def __init__(self, *args, projects, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.fields["project"].queryset = projects
+
+
+class DatasetForm(forms.Form):
+    """Name a file or a folder of a project's storage as a dataset (the Data page). Registering a path on a cluster
+    stays in the API and the CLI, for project admins (it lends the project's storage there to every member's jobs)."""
+
+    SOURCES = [("file", "A file"), ("folder", "A folder (every file under it)")]
+
+    project = forms.ModelChoiceField(queryset=Project.objects.none(), to_field_name="slug")
+    name = forms.CharField(max_length=100, help_text="jobs find it at $KAKEHASHI_DATA/<name>")
+    source = forms.ChoiceField(choices=SOURCES, initial="file", widget=forms.RadioSelect(attrs={"class": "form-check-input"}))
+    path = forms.CharField(max_length=512, help_text="e.g. data/train.csv, or data/images for a folder")
+
+    def __init__(self, *args, projects, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["project"].queryset = projects

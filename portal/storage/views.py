@@ -1,4 +1,5 @@
-"""The Data page: files of the projects you can see, an upload form, downloads. Thin: the rules are in actions."""
+"""The Data page: files of the projects you can see, an upload form, datasets named from them, downloads. Thin:
+the rules are in actions and datasets."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import FileResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
+from django.views.decorators.http import require_POST
 
 from portal.catalog.queries import submittable_projects
 from portal.projects import access
-from portal.storage import actions, objectstore, quota
-from portal.storage.forms import UploadForm
+from portal.storage import actions, datasets, objectstore, quota
+from portal.storage.errors import StorageError
+from portal.storage.forms import DatasetForm, UploadForm
 from portal.storage.models import Dataset, FileState, UploadState
 from portal.storage.queries import visible_files
 from portal.storage.uploads import visible_uploads
@@ -44,13 +48,48 @@ def data_page(request):
             form.add_error("project", str(exc))
     else:
         form = UploadForm(projects=projects, initial={"project": request.GET.get("project") or None})
+    return _data_page(request, projects, form=form, status=400 if request.method == "POST" else 200)
+
+
+@login_required
+@require_POST
+def dataset_create(request):
+    """The Data page's "Name a dataset" form: the same action as POST /api/v1/projects/<slug>/datasets/."""
+    projects = submittable_projects(request.user)
+    dataset_form = DatasetForm(request.POST, projects=projects)
+    if dataset_form.is_valid():
+        data = dataset_form.cleaned_data
+        folder = data["source"] == "folder"
+        try:
+            dataset = datasets.create_dataset(request.user, data["project"], name=data["name"],
+                                              path=None if folder else data["path"], prefix=data["path"] if folder else None)
+        except StorageError as exc:
+            dataset_form.add_error(_DATASET_FIELDS.get(exc.field), exc.message)
+        except PermissionDenied as exc:
+            dataset_form.add_error("project", str(exc))
+        else:
+            messages.success(request, f"Named {dataset.get_kind_display().lower()} {dataset.source} in "
+                                      f"{dataset.project.slug} as dataset {dataset.name}: jobs attach it by that name.")
+            return redirect(f"{reverse('data')}?project={dataset.project.slug}")
+    # What was typed stays in the form, beside the error.
+    return _data_page(request, projects, dataset_form=dataset_form, status=400)
+
+
+# The action's field names, as the form calls them.
+_DATASET_FIELDS = {"name": "name", "path": "path", "prefix": "path", "project": "project"}
+
+
+def _data_page(request, projects, *, form: UploadForm | None = None, dataset_form: DatasetForm | None = None,
+               status: int = 200):
+    project_filter = request.GET.get("project") or ""
+    form = form or UploadForm(projects=projects, initial={"project": project_filter or None})
+    dataset_form = dataset_form or DatasetForm(projects=projects, initial={"project": project_filter or None})
     files = visible_files(request.user)
     datasets = Dataset.objects.filter(project__in=access.visible_projects(request.user)).select_related(
         "project", "stored_file", "cluster")
     # Your uploads refused after completion (their bytes were not the SHA-256 given) in the last week, with why.
     refused = visible_uploads(request.user).filter(state=UploadState.REFUSED,
                                                    ended_at__gte=timezone.now() - timedelta(days=7))
-    project_filter = request.GET.get("project") or ""
     if project_filter:
         files = files.filter(project__slug=project_filter)
         datasets = datasets.filter(project__slug=project_filter)
@@ -60,6 +99,7 @@ def data_page(request):
         "upload_projects": projects,
         "quotas": [(p.slug, quota.usage(p)) for p in projects[:20]],
         "form": form,
+        "dataset_form": dataset_form,
         "files": (files := list(files[:500])),
         # While a file is being verified the list refreshes itself, so it turns into a download link when ready.
         "verifying": any(f.state == FileState.VERIFYING for f in files),
@@ -70,7 +110,7 @@ def data_page(request):
         "can_upload": projects.exists(),
         "max_upload_bytes": actions.max_upload_bytes(),
         "nav": "data",
-    }, status=400 if request.method == "POST" else 200)
+    }, status=status)
 
 
 @login_required

@@ -170,3 +170,52 @@ def test_without_an_object_store_the_page_uploads_through_the_portal(page, live_
     seen = page.evaluate("window.__seen")
     assert seen and [100, "100 % of 8193 KiB sent", False] in seen
     assert all(not text or "of 8193 KiB" in text for _, text, _ in seen)  # the answer's download is not shown
+
+
+def test_a_file_and_a_folder_are_named_as_datasets_on_the_data_page_and_a_wrong_name_keeps_what_was_typed(
+        page, live_server, local_site, filesystem_storage):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from portal.storage import actions
+    from portal.storage.models import Dataset, DatasetKind
+
+    for path in ("cifar/train/batch_1.bin", "cifar/labels.txt", "weights.bin"):
+        actions.store_file(local_site.alice, local_site.project, SimpleUploadedFile(path, b"0123456789"), path=path)
+    log_in(page, live_server.url, "alice")
+    page.goto(live_server.url + "/data/")
+    form = page.locator("#dataset-form")
+    expect(page.locator("#no-datasets")).to_be_visible()
+
+    # A name a job could not use: the reason beside the name, and the path typed is still there.
+    form.get_by_label("Dataset name").fill("../cifar")
+    form.get_by_label("A folder (every file under it)").check()
+    form.get_by_label("Its file or folder").fill("cifar")
+    form.get_by_role("button", name="Name dataset").click()
+    expect(page.locator("#dataset-form .invalid-feedback")).to_contain_text("is not a valid dataset name")
+    expect(page.locator("#dataset-form").get_by_label("Its file or folder")).to_have_value("cifar")
+    expect(page.locator("#dataset-form").get_by_label("A folder (every file under it)")).to_be_checked()
+    assert not Dataset.objects.exists()
+    assert_no_violations(page, "the Data page with a dataset name refused")
+
+    # The folder, then a file.
+    page.locator("#dataset-form").get_by_label("Dataset name").fill("cifar")
+    page.locator("#dataset-form").get_by_role("button", name="Name dataset").click()
+    expect(page.get_by_role("alert").filter(has_text="as dataset cifar")).to_be_visible()
+    form = page.locator("#dataset-form")
+    form.get_by_label("Dataset name").fill("weights")
+    form.get_by_label("Its file or folder").fill("weights.bin")
+    form.get_by_role("button", name="Name dataset").click()
+    table = page.locator("#dataset-table")
+    expect(table.locator("tr", has_text="weights")).to_contain_text("weights.bin")
+    expect(table.locator("tr", has_text="cifar")).to_contain_text("cifar")
+    folder = Dataset.objects.get(name="cifar")
+    assert (folder.kind, folder.prefix, folder.project, folder.size) == (DatasetKind.FOLDER, "cifar", local_site.project, 20)
+    assert Dataset.objects.get(name="weights").stored_file.path == "weights.bin"
+
+    # The same name again: refused with the reason, nothing replaced.
+    form = page.locator("#dataset-form")
+    form.get_by_label("Dataset name").fill("weights")
+    form.get_by_label("Its file or folder").fill("cifar/labels.txt")
+    form.get_by_role("button", name="Name dataset").click()
+    expect(page.locator("#dataset-form .invalid-feedback")).to_contain_text("already has a dataset named weights")
+    assert Dataset.objects.get(name="weights").stored_file.path == "weights.bin"

@@ -59,6 +59,7 @@ EXPECTED: dict[str, list[Expect]] = {
     "job-group-rerun": [lambda w, p, u: [("job.sweep_rerun", w.group)]],
     "api-files": [lambda w, p, u: [("file.upload", StoredFile.objects.get(path=p["path"]))]],
     "api-datasets": [lambda w, p, u: [("dataset.create", Dataset.objects.get(name="walked"))]] * 2,
+    "data-datasets": [lambda w, p, u: [("dataset.create", Dataset.objects.get(name="walked-page"))]],
     "api-uploads": [lambda w, p, u: [("upload.start", UploadSession.objects.get(path=p["path"]))]],
     "api-upload": [lambda w, p, u: [("upload.abort", p["upload"])]],
     "api-upload-parts": [lambda w, p, u: [("upload.sign", p["upload"])]],

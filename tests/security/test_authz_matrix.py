@@ -55,6 +55,8 @@ OWN = {
     # the clusters of their projects, the places a project of theirs may run (?project= of another is 404).
     "job-bulk-cancel", "job-notebook", "cluster-health", "notifications", "notifications-read",
     "notification-preferences", "api-places",
+    # Names a dataset in the project its body names, for those who may submit there (as api-datasets).
+    "data-datasets",
 }
 STAFF = {"site-admin", "site-audit"}
 # PROJECT routes: the URL arguments naming vision's object, and whether the route changes anything (POST).
@@ -519,6 +521,10 @@ WRITES: dict[str, Any] = {
     "data": [Write("POST", SUBMITTERS, 400, disk=True, prepare=_path,
                    data=lambda w, p: {"project": "vision", "file": _file("walk.txt"), "path": p["path"]},
                    done=lambda w, p, u: StoredFile.objects.filter(path=p["path"]).exists())],
+    "data-datasets": [Write("POST", SUBMITTERS, 400,  # the Data page's form: the page again, with the reason
+                            data=lambda w, p: {"project": "vision", "name": "walked-page", "source": "file",
+                                               "path": "vision-secret.txt"},
+                            done=lambda w, p, u: Dataset.objects.filter(name="walked-page").exists())],
     "job-bulk-cancel": [Write("POST", MANAGERS, BACK_WITH_ERROR, data=lambda w, p: {"job": [w.job.pk]},
                               done=lambda w, p, u: _job_state(w.job.pk) == JobState.CANCELLED)],
     "api-jobs": [Write("POST", SUBMITTERS, 403, data=lambda w, p: _submit_body(w, "walk-api"),
