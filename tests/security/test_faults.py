@@ -277,6 +277,38 @@ def _shown_healthy(client, site, cluster, jobs) -> None:
 
 @pytest.mark.cluster
 @pytest.mark.django_db  # not transactional: the session's live worker must not see (and dispatch) these jobs
+def _ends_unseen(client, site, cluster, ending, since: str, ended_on_scheduler) -> None:
+    """While the portal cannot reach the controller, `ending` ends on it (`ended_on_scheduler(backend)` says so, as
+    the shared controller's accounting answers): the portal concludes nothing, the job keeps its last known state."""
+    from portal.clusters.connect import account_for, backend_for
+    from portal.clusters.models import Cluster
+    from portal.jobs import tracking
+    from portal.jobs.models import JobState
+    from tests.conftest import wait_for
+
+    backend = backend_for(cluster, account_for(cluster, site.alice, site.project))
+    wait_for(lambda: ended_on_scheduler(backend), timeout=90, interval=1, message="the short job to end on the scheduler")
+    assert tracking.track_cluster(cluster.pk).error
+    ending.refresh_from_db()
+    assert ending.state == JobState.RUNNING and ending.exit_code is None and ending.ended_at is None
+    assert not ending.events.exclude(to_state__in=[JobState.QUEUED, JobState.SUBMITTING, JobState.PENDING,
+                                                   JobState.RUNNING]).exists()
+    _shown_degraded(client, site, cluster, [ending], since, Cluster.objects.get(pk=cluster.pk).last_error)
+
+
+def _recorded_once(cluster, ending) -> None:
+    """The controller back: tracking records the real end, from accounting, exactly once."""
+    from portal.jobs import tracking
+    from portal.jobs.models import JobState
+
+    assert tracking.track_cluster(cluster.pk).error == ""
+    ending.refresh_from_db()
+    assert ending.state == JobState.COMPLETED and ending.exit_code == 0, (ending.state, ending.state_reason)
+    assert tracking.track_cluster(cluster.pk).error == ""
+    assert ending.events.filter(to_state=JobState.COMPLETED).count() == 1
+    assert not ending.events.filter(to_state__in=[JobState.FAILED, JobState.LOST]).exists()
+
+
 def test_a_login_node_whose_sshd_stops_leaves_every_job_truthful_and_recovers_without_a_duplicate(
         client, hpc_site, cluster_keys, test_cluster, private_login_node):
     from backends.transport import SSHTransport
@@ -333,8 +365,6 @@ def test_a_slurm_controller_that_stops_answering_fails_no_job_and_records_the_on
     on that guess. The controller stops for this login node only (its own slurm.conf points elsewhere), so the
     shared controller keeps running the jobs: one of them ends while the portal cannot ask about it."""
     from portal.clusters import health
-    from portal.clusters.connect import account_for, backend_for
-    from portal.clusters.models import Cluster
     from portal.jobs import actions, tracking
     from portal.jobs.models import Job, JobState
     from tests.conftest import wait_for
@@ -364,26 +394,12 @@ def test_a_slurm_controller_that_stops_answering_fails_no_job_and_records_the_on
         assert health.collect(cluster).reachable is False
         _shown_degraded(client, hpc_site, cluster, [running, ending], since, cluster.last_error)
         # The short job ends meanwhile: the shared controller (asked with the real slurm.conf) says so...
-        backend = backend_for(cluster, account_for(cluster, hpc_site.alice, hpc_site.project))
-        wait_for(lambda: backend.transport.run(["env", "SLURM_CONF=/etc/slurm/slurm.conf", "sacct", "-n", "-X", "-P",
-                                                "-o", "State", "-j", ending.scheduler_id]).stdout.strip() == "COMPLETED",
-                 timeout=90, interval=1, message="the short job to end on the scheduler")
-        # ...but the portal, which cannot reach it, concludes nothing: the job keeps its last known state.
-        assert tracking.track_cluster(cluster.pk).error
-        ending.refresh_from_db()
-        assert ending.state == JobState.RUNNING and ending.exit_code is None and ending.ended_at is None
-        assert not ending.events.exclude(to_state__in=[JobState.QUEUED, JobState.SUBMITTING, JobState.PENDING,
-                                                       JobState.RUNNING]).exists()
-        _shown_degraded(client, hpc_site, cluster, [ending], since, Cluster.objects.get(pk=cluster.pk).last_error)
+        _ends_unseen(client, hpc_site, cluster, ending, since, lambda backend: backend.transport.run(
+            ["env", "SLURM_CONF=/etc/slurm/slurm.conf", "sacct", "-n", "-X", "-P", "-o", "State", "-j",
+             ending.scheduler_id]).stdout.strip() == "COMPLETED")
     finally:
         controller(up=True)
-    # Back: tracking records the real end, from accounting, exactly once.
-    assert tracking.track_cluster(cluster.pk).error == ""
-    ending.refresh_from_db()
-    assert ending.state == JobState.COMPLETED and ending.exit_code == 0, (ending.state, ending.state_reason)
-    assert tracking.track_cluster(cluster.pk).error == ""
-    assert ending.events.filter(to_state=JobState.COMPLETED).count() == 1
-    assert not ending.events.filter(to_state__in=[JobState.FAILED, JobState.LOST]).exists()
+    _recorded_once(cluster, ending)
     outcome = actions.dispatch_job(waiting.pk)
     waiting.refresh_from_db()
     assert outcome.status in ("submitted", "found") and waiting.state == JobState.PENDING
@@ -482,8 +498,6 @@ def test_a_grid_engine_qmaster_that_stops_answering_fails_no_job_and_records_the
     """The qmaster stops answering this login node only (its commands look for it on a closed port), so the shared
     qmaster keeps running the jobs: one of them ends while the portal cannot ask about it."""
     from portal.clusters import health
-    from portal.clusters.connect import account_for, backend_for
-    from portal.clusters.models import Cluster
     from portal.jobs import actions, tracking
     from portal.jobs.models import Job, JobState
     from tests.conftest import wait_for
@@ -513,26 +527,11 @@ def test_a_grid_engine_qmaster_that_stops_answering_fails_no_job_and_records_the
         assert health.collect(cluster).reachable is False
         _shown_degraded(client, hpc_site, cluster, [running, ending], since, cluster.last_error)
         # The short job ends meanwhile: Grid Engine's accounting file (read by qacct, no qmaster needed) says so...
-        backend = backend_for(cluster, account_for(cluster, hpc_site.alice, hpc_site.project))
-        wait_for(lambda: re.search(r"(?m)^exit_status\s+0\b", backend.transport.run(
-            ["qacct", "-j", ending.scheduler_id]).stdout) is not None,
-                 timeout=90, interval=1, message="the short job to end on the scheduler")
-        # ...but the portal, which cannot reach the qmaster, concludes nothing: the job keeps its last known state.
-        assert tracking.track_cluster(cluster.pk).error
-        ending.refresh_from_db()
-        assert ending.state == JobState.RUNNING and ending.exit_code is None and ending.ended_at is None
-        assert not ending.events.exclude(to_state__in=[JobState.QUEUED, JobState.SUBMITTING, JobState.PENDING,
-                                                       JobState.RUNNING]).exists()
-        _shown_degraded(client, hpc_site, cluster, [ending], since, Cluster.objects.get(pk=cluster.pk).last_error)
+        _ends_unseen(client, hpc_site, cluster, ending, since, lambda backend: re.search(
+            r"(?m)^exit_status\s+0\b", backend.transport.run(["qacct", "-j", ending.scheduler_id]).stdout) is not None)
     finally:
         qmaster(up=True)
-    # Back: tracking records the real end, from accounting, exactly once.
-    assert tracking.track_cluster(cluster.pk).error == ""
-    ending.refresh_from_db()
-    assert ending.state == JobState.COMPLETED and ending.exit_code == 0, (ending.state, ending.state_reason)
-    assert tracking.track_cluster(cluster.pk).error == ""
-    assert ending.events.filter(to_state=JobState.COMPLETED).count() == 1
-    assert not ending.events.filter(to_state__in=[JobState.FAILED, JobState.LOST]).exists()
+    _recorded_once(cluster, ending)
     outcome = actions.dispatch_job(waiting.pk)
     waiting.refresh_from_db()
     assert outcome.status in ("submitted", "found") and waiting.state == JobState.PENDING
