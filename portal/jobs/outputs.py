@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections import Counter
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.cache import cache
@@ -120,15 +121,43 @@ def output_of(job: Job, stream: str, offset: int = 0) -> tuple[bytes, bool, bool
 
 
 def collect_artifacts(job: Job) -> list[JobArtifact]:
-    # Two final fetches may race (the tracker's and a log view's): the job row lock lets one collect.
-    with transaction.atomic():
-        locks.job_row(job.pk)
-        if job.artifacts.exists() or not job.remote_dir:
-            return list(job.artifacts.all())
-        return _collect(job)
+    """Copy what the finished job left in outputs/ and record it, once.
+
+    The copy (thousands of files, gigabytes) runs outside any transaction: no row lock and no PostgreSQL snapshot
+    is held while bytes move, and no connection sits idle in a transaction a site's
+    `idle_in_transaction_session_timeout` would cut. Two final fetches may race (the tracker's and a log view's): a
+    claim in the cache lets one copy while the other returns at once, and the record is written under the job's
+    row lock only if no collection recorded first. A claim that ran out during a very long copy costs a second
+    copy to the same keys, never a second record."""
+    if not job.remote_dir or job.artifacts.exists():
+        return list(job.artifacts.all())
+    claim = f"kakehashi:collect-outputs:{job.pk}"
+    if not cache.add(claim, 1, timeout=settings.KAKEHASHI_DISPATCH_LEASE_SECONDS * 10):
+        return []  # another worker is copying them; it records them
+    try:
+        copied = _copy(job)
+        with transaction.atomic():
+            locks.job_row(job.pk)
+            if job.artifacts.exists():
+                return list(job.artifacts.all())
+            if copied.metrics is not None:
+                transitions.record_metrics(job, copied.metrics)
+            transitions.record_outputs_not_collected(job, copied.not_collected)
+            return JobArtifact.objects.bulk_create(copied.artifacts)
+    finally:
+        cache.delete(claim)
 
 
-def _collect(job: Job) -> list[JobArtifact]:
+@dataclass
+class _Copied:
+    """What a collection copied, to be recorded in one short transaction."""
+
+    artifacts: list[JobArtifact]
+    not_collected: list[str]
+    metrics: dict | None = None
+
+
+def _copy(job: Job) -> _Copied:
     backend = _backend(job)
     budget = settings.KAKEHASHI_OUTPUT_COPY_BYTES
     limit, depth = settings.KAKEHASHI_OUTPUT_MAX_FILES, settings.KAKEHASHI_OUTPUT_MAX_DEPTH
@@ -136,6 +165,7 @@ def _collect(job: Job) -> list[JobArtifact]:
     skipped: Counter[str] = Counter("symbolic links or other files that are not regular files"
                                     for _ in listing.not_files)
     artifacts = []
+    metrics = None
     for remote in listing.files:
         problem = key_problem(job.uuid, remote.path)
         if problem:
@@ -143,8 +173,8 @@ def _collect(job: Job) -> list[JobArtifact]:
             continue
         stored_name = ""
         if remote.path == METRICS_FILE:  # the documented way a job reports numbers (portal/jobs/metrics.py)
-            data = backend.read_file(job.remote_dir, f"{OUTPUTS_DIR}/{remote.path}", limit=remote.size + 1)
-            transitions.record_metrics(job, parse_metrics(data))
+            metrics = parse_metrics(backend.read_file(job.remote_dir, f"{OUTPUTS_DIR}/{remote.path}",
+                                                      limit=remote.size + 1))
         if objectstore.configured():
             # All of it, streamed: the object store holds outputs of any size, downloaded by presigned GETs.
             stored_name = stream_job_output(job.uuid, remote.path,
@@ -156,8 +186,7 @@ def _collect(job: Job) -> list[JobArtifact]:
                 stored_name = save_job_output(job.uuid, remote.path, data)
                 budget -= remote.size
         artifacts.append(JobArtifact(job=job, path=remote.path, size=remote.size, stored_name=stored_name))
-    transitions.record_outputs_not_collected(job, _not_collected(skipped, listing, limit, depth))
-    return JobArtifact.objects.bulk_create(artifacts)
+    return _Copied(artifacts, _not_collected(skipped, listing, limit, depth), metrics)
 
 
 def record_health_check(job_id: int) -> dict | None:

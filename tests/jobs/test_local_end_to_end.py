@@ -146,3 +146,49 @@ def test_a_notebook_runs_on_the_local_backend_too(local_site, live_worker):
                    message="the executed notebook")
     assert job.state == JobState.COMPLETED, job.state_reason
     assert "result=6" in default_storage.open(job.artifacts.get(path="notebook.ipynb").stored_name).read().decode()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_collecting_outputs_holds_no_transaction_or_row_lock_while_the_files_are_copied(local_site, object_store,
+                                                                                      monkeypatch):
+    """Thousands of files can take minutes to copy: meanwhile the job's row stays free for others and no
+    connection sits idle in a transaction (which a site's idle_in_transaction_session_timeout would cut); the
+    record is written after, once."""
+    import shlex
+
+    import psycopg
+    from django.db import connection
+
+    from portal.clusters.connect import backend_for
+    from portal.jobs import actions, outputs
+
+    # A job that ended with three files in outputs/ (recorded as such, so no worker of another test touches it).
+    job = actions.prepare_job(local_site.alice, actions.JobRequest(
+        project=local_site.project, name="many-outputs", hardware=local_site.hardware, walltime="00:05:00",
+        script="true")).job
+    job.state, job.scheduler_id = JobState.COMPLETED, "1"
+    job.save()
+    outputs_dir = shlex.quote(f"{job.remote_dir}/outputs")
+    backend_for(local_site.cluster, None).run(
+        f'mkdir -p {outputs_dir} && for i in 1 2 3; do echo "$i" > {outputs_dir}/part-$i.txt; done')
+
+    seen = []
+    copy = outputs.stream_job_output
+
+    def copying(*args, **kwargs):
+        seen.append(connection.in_atomic_block)
+        # Someone else (a cancel, a tracker, an admin) locks the job's row while its files are being copied.
+        with psycopg.connect(host="127.0.0.1", port=5432, user="postgres",
+                             dbname=connection.settings_dict["NAME"]) as other:
+            other.execute("SELECT id FROM jobs_job WHERE id = %s FOR UPDATE NOWAIT", [job.pk])
+        return copy(*args, **kwargs)
+
+    monkeypatch.setattr(outputs, "stream_job_output", copying)
+    collected = outputs.collect_artifacts(job)
+    assert sorted(a.path for a in collected) == ["part-1.txt", "part-2.txt", "part-3.txt"]
+    assert seen == [False, False, False]
+    # Recorded once: another collection (a log view's final fetch) gets the same three, copies nothing.
+    seen.clear()
+    assert sorted(a.path for a in outputs.collect_artifacts(Job.objects.get(pk=job.pk))) == [
+        "part-1.txt", "part-2.txt", "part-3.txt"]
+    assert seen == [] and job.artifacts.count() == 3
