@@ -4,10 +4,12 @@ the rules are in actions and datasets."""
 from __future__ import annotations
 
 from datetime import timedelta
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.http import FileResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -75,6 +77,8 @@ def dataset_create(request):
     return _data_page(request, projects, dataset_form=dataset_form, status=400)
 
 
+PAGE = 100  # files, and datasets, a page
+
 # The action's field names, as the form calls them.
 _DATASET_FIELDS = {"name": "name", "path": "path", "prefix": "path", "project": "project"}
 
@@ -100,10 +104,14 @@ def _data_page(request, projects, *, form: UploadForm | None = None, dataset_for
         "quotas": [(p.slug, quota.usage(p)) for p in projects[:20]],
         "form": form,
         "dataset_form": dataset_form,
-        "files": (files := list(files[:500])),
+        "files_page": (files_page := Paginator(files, PAGE).get_page(request.GET.get("page"))),
+        "files": (files := list(files_page)),
         # While a file is being verified the list refreshes itself, so it turns into a download link when ready.
         "verifying": any(f.state == FileState.VERIFYING for f in files),
-        "datasets": datasets[:500],
+        "datasets_page": (datasets_page := Paginator(datasets, PAGE).get_page(request.GET.get("datasets_page"))),
+        "datasets": list(datasets_page),
+        # The pagers keep the project filter.
+        "filter_query": urlencode({"project": project_filter}) if project_filter else "",
         "refused_uploads": refused.order_by("-ended_at")[:50],
         "projects": access.visible_projects(request.user),
         "project_filter": project_filter,

@@ -361,3 +361,28 @@ def test_the_totals_on_page_2_of_a_sweep_cover_every_point_of_it(client, local_s
                         HTTP_AUTHORIZATION=f"Bearer {token}").json()
     assert [job["id"] for job in answer["jobs"]] == [job.pk for job in jobs[10:20]] and answer["jobs_count"] == 25
     assert answer["estimate"]["amount"] == f"{sum(job.estimate_amount for job in jobs):.4f}"
+
+
+# ------------------------------------------------------------------------------- the Data page, a page at a time
+
+
+def test_the_data_page_costs_as_many_queries_with_300_files_and_datasets_as_with_5_and_pages_both(client, local_site):
+    from portal.storage.models import Dataset, DatasetKind, StoredFile
+
+    def files(start: int, end: int) -> None:
+        stored = StoredFile.objects.bulk_create(
+            StoredFile(project=local_site.project, path=f"data/f{i:03d}.bin", storage_name=f"x/{i}", size=i,
+                       sha256="0" * 64, uploaded_by=local_site.alice) for i in range(start, end))
+        Dataset.objects.bulk_create(Dataset(project=local_site.project, name=f"set{f.size:03d}", kind=DatasetKind.FILE,
+                                            stored_file=f, size=f.size, sha256=f.sha256) for f in stored)
+
+    files(0, 5)
+    few, many = _grows(client, local_site, lambda: reverse("data"), lambda: files(5, 300))
+    assert many == few
+    # Page 2 of the files (with the project filter kept by the pager), and page 3 of the datasets.
+    second = client.get(reverse("data") + f"?project={local_site.project.slug}&page=2").content.decode()
+    file_table = second.split('id="file-table"')[1].split("</table>")[0]
+    assert "Files 101–200 of 300" in second and "data/f100.bin" in file_table and "data/f099.bin" not in file_table
+    assert f'href="?project={local_site.project.slug}&amp;page=3"' in second
+    third = client.get(reverse("data") + "?datasets_page=3").content.decode()
+    assert "Datasets 201–300 of 300" in third and "<code>set299</code>" in third and "<code>set199</code>" not in third
