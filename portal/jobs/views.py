@@ -41,6 +41,7 @@ from portal.storage.queries import visible_files
 STOP_POLLING = 286
 COLLECT_GRACE = timedelta(seconds=15)
 POINTS_PAGE = 100  # a sweep's points a page shows (a sweep may have 1,000); its totals and buttons cover them all
+OUTPUTS_PAGE = 100  # a job's output files a page shows (a job may leave 10,000: KAKEHASHI_OUTPUT_MAX_FILES)
 
 
 def _job_or_404(user, pk: int) -> Job:
@@ -277,14 +278,19 @@ def _comparison(job) -> dict:
 def job_detail(request, pk: int):
     job = _job_or_404(request.user, pk)
     if request.htmx and request.GET.get("part") == "outputs":
-        response = render(request, "jobs/_outputs.html", {"job": job})
+        response = render(request, "jobs/_outputs.html", _outputs_context(request, job))
         # The final fetch marks the logs complete, then collects outputs/: stop once that had time to happen,
         # or a page polling in between would never show the files (a notebook job's executed notebook).
         collected = job.outputs.filter(complete=True, fetched_at__lt=timezone.now() - COLLECT_GRACE).exists()
         if job.is_final and (job.artifacts.exists() or job.outputs_not_collected or collected):
             response.status_code = STOP_POLLING
         return response
-    return render(request, "jobs/detail.html", _detail_context(request, job))
+    return render(request, "jobs/detail.html", {**_detail_context(request, job), **_outputs_context(request, job)})
+
+
+def _outputs_context(request, job: Job) -> dict:
+    """The job and a page of its output files (`?outputs_page=`)."""
+    return {"job": job, "outputs_page": Paginator(job.artifacts.all(), OUTPUTS_PAGE).get_page(request.GET.get("outputs_page"))}
 
 
 def _detail_context(request, job: Job) -> dict:

@@ -90,6 +90,23 @@ def test_a_job_page_costs_as_many_queries_with_50_events_in_its_history_as_with_
     assert many == few
 
 
+def test_a_job_page_costs_as_many_queries_with_250_output_files_as_with_5_and_pages_them(client, local_site):
+    from portal.jobs.models import JobArtifact
+
+    job = _ended_jobs(local_site, 1)[0]
+
+    def files(start: int, end: int) -> None:
+        JobArtifact.objects.bulk_create(JobArtifact(job=job, path=f"out/f{i:03d}.txt", size=i, stored_name=f"k/{i}")
+                                        for i in range(start, end))
+
+    files(0, 5)
+    few, many = _grows(client, local_site, lambda: reverse("job-detail", args=[job.pk]), lambda: files(5, 250))
+    assert many == few
+    last = client.get(reverse("job-detail", args=[job.pk]) + "?outputs_page=3").content.decode()
+    listed = last.split('id="artifact-list"')[1].split("</ul>")[0]
+    assert "Files 201–250 of 250" in last and "out/f249.txt" in listed and "out/f199.txt" not in listed
+
+
 def test_the_api_job_list_costs_as_many_queries_with_50_jobs_as_with_5(client, local_site):
     _ended_jobs(local_site, 5)
     token = issue_token(local_site.alice, name="pages", scopes=("read",))[1]
