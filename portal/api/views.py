@@ -180,7 +180,7 @@ class SweepCreateView(ApiView):
                                                                                       created=sweep.created)
         # A dry run compares places for one point's shape (every point has it), as a job's dry run does.
         answer = SweepSerializer(shown, context={
-            "request": request, "places": _places(sweep.submissions[0].job) if dry_run else None}).data
+            "request": request, "places": _places(sweep.jobs[0]) if dry_run else None}).data
         if dry_run or not sweep.created:
             return Response(answer, status=status.HTTP_200_OK)
         return Response(answer, status=status.HTTP_201_CREATED,

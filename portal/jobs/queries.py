@@ -24,7 +24,6 @@ def visible_jobs(user) -> QuerySet[Job]:
     return jobs.filter(project_id__in=list(access.visible_projects(user).values_list("pk", flat=True)))
 
 
-
 @dataclass
 class SweepTotals:
     """A whole sweep's figures, however many of its points a page shows."""

@@ -290,7 +290,8 @@ def job_detail(request, pk: int):
 
 def _outputs_context(request, job: Job) -> dict:
     """The job and a page of its output files (`?outputs_page=`)."""
-    return {"job": job, "outputs_page": Paginator(job.artifacts.all(), OUTPUTS_PAGE).get_page(request.GET.get("outputs_page"))}
+    page = Paginator(job.artifacts.all(), OUTPUTS_PAGE).get_page(request.GET.get("outputs_page"))
+    return {"job": job, "outputs_page": page}
 
 
 def _detail_context(request, job: Job) -> dict:

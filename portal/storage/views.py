@@ -19,7 +19,6 @@ from django.views.decorators.http import require_POST
 from portal.catalog.queries import submittable_projects
 from portal.projects import access
 from portal.storage import actions, datasets, objectstore, quota
-from portal.storage.errors import StorageError
 from portal.storage.forms import DatasetForm, UploadForm
 from portal.storage.models import Dataset, FileState, UploadState
 from portal.storage.queries import visible_files
@@ -29,28 +28,27 @@ from portal.storage.uploads import visible_uploads
 @login_required
 def data_page(request):
     projects = submittable_projects(request.user)
-    if request.method == "POST":
-        try:
-            # Before request.POST is touched: a too-large body is refused without being read.
-            actions.check_declared_size(request.META.get("CONTENT_LENGTH"))
-        except actions.StorageError as exc:
-            messages.error(request, exc.message)
-            return redirect("data")
-        form = UploadForm(request.POST, request.FILES, projects=projects)
-        try:
-            if form.is_valid():
-                data = form.cleaned_data
-                stored, created = actions.store_file(request.user, data["project"], data["file"], path=data["path"],
-                                                     overwrite=data["overwrite"])
-                messages.success(request, f"{'Uploaded' if created else 'Replaced'} {stored.path} in {stored.project.slug}.")
-                return redirect(f"{request.path}?project={stored.project.slug}")
-        except actions.StorageError as exc:
-            form.add_error(exc.field if exc.field in form.fields else None, exc.message)
-        except PermissionDenied as exc:
-            form.add_error("project", str(exc))
-    else:
-        form = UploadForm(projects=projects, initial={"project": request.GET.get("project") or None})
-    return _data_page(request, projects, form=form, status=400 if request.method == "POST" else 200)
+    if request.method != "POST":
+        return _data_page(request, projects)
+    try:
+        # Before request.POST is touched: a too-large body is refused without being read.
+        actions.check_declared_size(request.META.get("CONTENT_LENGTH"))
+    except actions.StorageError as exc:
+        messages.error(request, exc.message)
+        return redirect("data")
+    form = UploadForm(request.POST, request.FILES, projects=projects)
+    try:
+        if form.is_valid():
+            data = form.cleaned_data
+            stored, created = actions.store_file(request.user, data["project"], data["file"], path=data["path"],
+                                                 overwrite=data["overwrite"])
+            messages.success(request, f"{'Uploaded' if created else 'Replaced'} {stored.path} in {stored.project.slug}.")
+            return redirect(f"{request.path}?project={stored.project.slug}")
+    except actions.StorageError as exc:
+        form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+    except PermissionDenied as exc:
+        form.add_error("project", str(exc))
+    return _data_page(request, projects, form=form, status=400)
 
 
 @login_required
@@ -65,7 +63,7 @@ def dataset_create(request):
         try:
             dataset = datasets.create_dataset(request.user, data["project"], name=data["name"],
                                               path=None if folder else data["path"], prefix=data["path"] if folder else None)
-        except StorageError as exc:
+        except actions.StorageError as exc:
             dataset_form.add_error(_DATASET_FIELDS.get(exc.field), exc.message)
         except PermissionDenied as exc:
             dataset_form.add_error("project", str(exc))
