@@ -54,7 +54,8 @@ need_install() {
     [[ -n $(packages_missing) ]] && return 0
     [[ -x $TORQUE_BIN/qsub && -x $SITE_SGE_BIN/qsub && -f $MODULEFILES/cuda/12.4 && -L $GPU_DEV_DIR/nvidia7 \
            && -x $OPT_DIR/slurm/task_prolog.sh && -f $MODULEFILES/pytorch/2.13 \
-           && -f $OPT_DIR/pyenv/.kakehashi-$JOB_PYTHON_STAMP && -x $SLOW_BIN/sbatch && -x $SITE_SGE_JSV \
+           && -f $OPT_DIR/pyenv/.kakehashi-$JOB_PYTHON_STAMP \
+           && -f $OPT_DIR/jupyterenv/.kakehashi-$SESSION_PYTHON_STAMP && -f $MODULEFILES/jupyterlab/4.6 && -x $SLOW_BIN/sbatch && -x $SITE_SGE_JSV \
            && -x $APPTAINER_DIR/bin/apptainer && -L /usr/local/bin/apptainer \
            && -f $IMAGES_DIR/.kakehashi-$IMAGES_STAMP-$JOB_PYTHON_STAMP ]] \
         || return 0
@@ -614,11 +615,28 @@ start_execd() {
         mark_started sge_execd
     fi
     start_sge_node_execds
-    local deadline=$((SECONDS + 30))
+    local deadline=$((SECONDS + 90)) restart_at=$((SECONDS + 25)) n
     until sge_exec_ok; do
         # An error state (E) survives restarts; clear it once.
         qmod -c 'all.q@localhost' "${SGE_NODES[@]/#/$SGE_NODE_QUEUE@}" >/dev/null 2>&1 || true
-        ((SECONDS < deadline)) || { qstat -f >&2 || true; die "a Grid Engine queue instance is not usable (see $SGE_EXECD_SPOOL/*/messages)"; }
+        # A node execd that has not reported yet shows "u". On a loaded CI machine one stayed so for the whole
+        # wait (sgenode02, CI of stop 30) while its messages said only "starting up": start it once more.
+        if ((SECONDS >= restart_at)); then
+            restart_at=$((SECONDS + 25))
+            for n in "${SGE_NODES[@]}"; do
+                qstat -f 2>/dev/null | awk -v q="$SGE_NODE_QUEUE@$n" '$1 == q && NF == 6 && $6 ~ /u/ {f = 1} END {exit !f}' ||
+                    continue
+                log "sge_execd on $n has not reported to qmaster: starting it again"
+                kill "$(daemon_pid "sge_execd-$n")" 2>/dev/null || true
+                sleep 1
+                start_sge_node_execds
+            done
+        fi
+        if ((SECONDS >= deadline)); then
+            qstat -f >&2 || true
+            for n in localhost "${SGE_NODES[@]}"; do tail -n 5 "$SGE_EXECD_SPOOL/$n/messages" >&2 2>/dev/null || true; done
+            die "a Grid Engine queue instance is not usable (see $SGE_EXECD_SPOOL/*/messages)"
+        fi
         sleep 0.3
     done
 }
