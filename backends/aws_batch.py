@@ -48,6 +48,7 @@ from backends.base import (
     SubmitRefused,
 )
 from backends.safety import validate_spec
+from backends.sampling import SAMPLES_DIR, Chunk
 from backends.script import Dialect, assemble, render_body, staging_archive
 from backends.staging import check_inputs
 
@@ -117,12 +118,10 @@ def _client(service: str, region: str, endpoint: str, key_id: str, secret: str, 
     return session.client(service, endpoint_url=endpoint or None, config=config)
 
 
-def _no_shell(self, *args, **kwargs):
-    raise NotImplementedError("AWS Batch has no shell: its backend replaces the scheduler methods as a whole")
-
 
 class AWSBatchBackend(Backend):
     kind = "aws-batch"
+    cancel_program = "AWS Batch CancelJob/TerminateJob"
     scheduler_name = "AWS Batch"
     reach = Reach.CLOUD_API
     supports_arrays = True
@@ -193,9 +192,6 @@ class AWSBatchBackend(Backend):
     def submit_command(self, spec: JobSpec) -> list[str]:
         return defs.submit_cli(spec, self.settings)
 
-    # The command/parser pairs of the shell schedulers do not apply: the methods that use them are replaced.
-    parse_submit = find_command = parse_find = status_command = parse_statuses = records_command = parse_records = (
-        _no_shell)
 
     # ------------------------------------------------------------------------------------------ submitting
 
@@ -329,11 +325,32 @@ class AWSBatchBackend(Backend):
         """How many jobs wait for capacity (RUNNABLE) in each of these queues and how many run: how busy this
         hardware is now. Batch has no nodes to count (queues grow and shrink), so free nodes are unknown."""
         aws = self._clients()
+        unavailable = self._unavailable_queues(list(queues))
+        queues = [queue for queue in queues if queue not in unavailable]
         waiting = {queue: sum(1 for _ in self._pages(aws.batch.list_jobs, "jobSummaryList", jobQueue=queue,
                                                      jobStatus="RUNNABLE")) for queue in queues}
         running = sum(1 for queue in queues
                       for _ in self._pages(aws.batch.list_jobs, "jobSummaryList", jobQueue=queue, jobStatus="RUNNING"))
-        return Load(pending=sum(waiting.values()), running=running, per_queue=waiting)
+        return Load(pending=sum(waiting.values()), running=running, per_queue=waiting, unavailable=unavailable)
+
+    def _unavailable_queues(self, queues: list[str]) -> dict[str, str]:
+        """The queues that cannot take a job (missing after a teardown, disabled, or invalid), with why."""
+        if not queues:
+            return {}
+        found = {}
+        for start in range(0, len(queues), 100):  # describe_job_queues takes at most 100 names
+            page = self._call("describe_job_queues", self._clients().batch.describe_job_queues,
+                              jobQueues=queues[start:start + 100])
+            found.update({q["jobQueueName"]: q for q in page.get("jobQueues", [])})
+        why = {}
+        for queue in queues:
+            described = found.get(queue)
+            if described is None:
+                why[queue] = f"job queue {queue} does not exist (a site admin runs manage.py cloud_setup to create it)"
+            elif described.get("state") != "ENABLED" or described.get("status") not in ("VALID", "UPDATING", None):
+                why[queue] = (f"job queue {queue} is {described.get('state', '?').lower()} and "
+                              f"{described.get('status', '?').lower()}: {described.get('statusReason', '')}").rstrip(": ")
+        return why
 
     def _pages(self, method, key: str, **kwargs) -> Iterator[dict]:
         token = None
@@ -358,6 +375,31 @@ class AWSBatchBackend(Backend):
                 return self.element_id(array_id, int(index))
         return None
 
+    def read_samples(self, requests, limit: int = 256 * 1024) -> dict:
+        """The sampler's files the entrypoint pushed under each job's prefix, from each offset (whole lines): one
+        listing and one ranged GET per job and node, not one command for all (an object store has none)."""
+        from botocore.exceptions import ClientError
+
+        found: dict = {}
+        aws = self._clients()
+        for request in requests:
+            directory = f"{request.workdir.rstrip('/')}/{SAMPLES_DIR}/"
+            try:
+                listing = aws.s3.list_objects_v2(Bucket=self.bucket, Prefix=directory).get("Contents", [])
+            except ClientError as exc:
+                code, message = _client_error(exc)
+                raise BackendError(f"listing s3://{self.bucket}/{directory} failed: {code}: {message}") from None
+            for item in listing:
+                name = item["Key"][len(directory):]
+                offset = int(request.offsets.get(name, 0))
+                if "/" in name or not name.endswith(".log") or item["Size"] <= offset:
+                    continue
+                data = self.read_file(request.workdir, f"{SAMPLES_DIR}/{name}", offset=offset, limit=limit)
+                text = data.decode("ascii", "replace")
+                whole = text[: text.rfind("\n") + 1] if "\n" in text else ""
+                found.setdefault(request.key, {})[name] = Chunk(offset, whole, int(item["Size"]))
+        return found
+
     def read_file(self, workdir: str, path: str, *, offset: int = 0, limit: int = 1 << 20) -> bytes:
         from botocore.exceptions import ClientError
 
@@ -379,6 +421,7 @@ class AWSBatchBackend(Backend):
         on a cluster has no meaning in the cloud."""
         check_inputs(project, datasets)
         inputs, checksums = dict(spec.inputs), dict(spec.input_sha256)
+        report = StagingReport(container_source=str(self.settings.get("s3_endpoint_url") or "AWS S3"))
         for dataset in datasets:
             if dataset.cluster_path:
                 raise DataRefused(f"dataset {dataset.name} is a path on a cluster: a cloud job cannot read it")
@@ -390,7 +433,15 @@ class AWSBatchBackend(Backend):
                 inputs[path] = f.url
                 if f.sha256:
                     checksums[path] = f.sha256  # checked by the container as the bytes arrive
-        return replace(spec, inputs=inputs, input_sha256=checksums), StagingReport()
+                report.container_files += 1
+                report.container_bytes += f.size
+        return replace(spec, inputs=inputs, input_sha256=checksums), report
+
+    def cache_entries(self, project: str, group: str = "") -> list:
+        return []  # no cache: each container pulls its data from S3
+
+    def prune_cache(self, project: str, shas, group: str = "") -> int:
+        return 0
 
     def stream_file(self, workdir: str, path: str) -> Iterator[bytes]:
         key = f"{workdir.rstrip('/')}/{path}"

@@ -32,7 +32,7 @@ CANCEL_REASON = "Cancelled through Kakehashi"
 # recorded (backends/batch_entrypoint.py, which cannot import this: it runs alone in the container).
 EXIT_BAD_INPUT = 65
 FAILURE_FILE = "kakehashi-failure"
-# What the portal's reconciler says when it stops a job itself (portal/usage/cloud.py).
+# What the portal's reconciler says when it stops a job itself (portal/cloud/reconciler.py).
 RECONCILER_REASON = "Stopped by Kakehashi's reconciler"
 WALLTIME_REASON = f"{RECONCILER_REASON}: past its walltime"
 TAG_PREFIX = "kakehashi:"

@@ -14,7 +14,9 @@ sets the cluster option "entrypoint" to its path. Without boto3 in the image it 
 2. Run `bash job.sh` there, its stdout and stderr going both to the container's own (CloudWatch Logs, which the
    portal's log view reads while the job runs) and to stdout.log/stderr.log.
 3. Push outputs/, stdout.log, stderr.log and the exit status back under the job's prefix (an array element's
-   under `<prefix>/<index>`), also after a SIGTERM (cancel, walltime), and exit with the payload's status.
+   under `<prefix>/<index>`), also after a SIGTERM (cancel, walltime), and exit with the payload's status. The
+   sampler's files (kakehashi-samples/, which job.sh's sampler writes on every node that runs it) are pushed every
+   KAKEHASHI_SAMPLE_PUSH_SECONDS (60) while the job runs, and once more at its end.
 
 Multi-node jobs start this on every node: all of them run job.sh (torchrun on each node meets the others at the
 main node's address) and push what they wrote to outputs/ (rank 0 may land on any node); the logs and the exit
@@ -188,6 +190,27 @@ def push(s3, bucket: str, prefix: str, rundir: Path, status: int, *, main: bool 
     return pushed
 
 
+def push_samples(s3, bucket: str, prefix: str, rundir: Path) -> int:
+    """The sampler's files (kakehashi-samples/<node>.log, backends/sampler.sh), whole, under the job's prefix: the
+    portal reads them from there with offsets as it reads a cluster's (AWSBatchBackend.read_samples)."""
+    pushed = 0
+    for path in sorted((rundir / "kakehashi-samples").glob("*.log")):
+        if path.is_file() and not path.is_symlink():
+            s3.upload_file(str(path), bucket, f"{prefix}/kakehashi-samples/{path.name}")
+            pushed += 1
+    return pushed
+
+
+def keep_pushing_samples(s3, bucket: str, prefix: str, rundir: Path, every: float, stop: threading.Event) -> None:
+    """While the job runs, every `every` seconds: what the node used reaches the portal before the job ends (the
+    idle rule acts on running jobs). A failed push is retried next time; it never touches the job."""
+    while not stop.wait(every):
+        try:
+            push_samples(s3, bucket, prefix, rundir)
+        except Exception as exc:  # noqa: BLE001 - the store may be briefly away: the next round pushes it all
+            log(f"pushing samples failed (tried again in {every:g} s): {exc}")
+
+
 def refuse(s3, bucket: str, prefix: str, rundir: Path, reason: str, *, main: bool) -> int:
     """The payload does not run: the reason goes to the container's log, stderr.log and kakehashi-failure."""
     log(reason)
@@ -221,7 +244,14 @@ def main() -> int:
     except InputMismatch as exc:
         return refuse(s3, bucket, target, rundir, str(exc), main=is_main_node(env))
     log(f"pulled s3://{bucket}/{prefix} in {time.monotonic() - started:.1f} s")
+    stop = threading.Event()
+    every = float(env.get("KAKEHASHI_SAMPLE_PUSH_SECONDS") or 60)
+    pusher = threading.Thread(target=keep_pushing_samples, args=(s3, bucket, target, rundir, every, stop), daemon=True)
+    pusher.start()
     status = run(workdir, rundir, env)
+    stop.set()
+    pusher.join(timeout=30)
+    push_samples(s3, bucket, target, rundir)
     pushed = push(s3, bucket, target, rundir, status, main=is_main_node(env))
     log(f"pushed {pushed} file(s) from outputs/ to s3://{bucket}/{prefix}{'/' + element if element else ''}/outputs/")
     log(f"exit status {status}")

@@ -7,9 +7,13 @@ case: statuses() reports queued/running jobs, final_records() reports finished o
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
+import shutil
+import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -27,6 +31,7 @@ from backends.base import (
 )
 from backends.safety import check_path
 from backends.script import Dialect, recorded_id_command, staged_command, staging_archive
+from backends.shell import ShellBackend
 from backends.transport import CommandResult, LocalTransport
 
 RUNNER = """#!/bin/bash
@@ -36,7 +41,8 @@ echo "$$" > runner.pid
 echo "$1" > walltime
 date +%s > started
 if [ -f cancelled ]; then echo 143 > exit_code.tmp; mv exit_code.tmp exit_code; date +%s > ended; exit 0; fi
-export KAKEHASHI_LOCAL_JOB_ID="$$"
+# The job's id is its directory, as the portal's pages name it; the runner's pid keeps two jobs' ports apart.
+export KAKEHASHI_LOCAL_JOB_ID="${PWD##*/}" KAKEHASHI_LOCAL_PID="$$"
 timeout --kill-after=10 "$1" bash job.sh > stdout.log 2> stderr.log < /dev/null &
 echo "$!" > job.pid
 wait "$!"
@@ -48,17 +54,18 @@ echo "$rc" > exit_code.tmp && mv exit_code.tmp exit_code
 _TIMEOUT_CODES = {124, 137}
 
 
-class LocalBackend(Backend):
+class LocalBackend(ShellBackend):
     kind = "local"
+    cancel_program = "kill"
     scheduler_name = "local"
     reach = Reach.LOCAL
     submit_timeout = 60
-    dialect = Dialect(hosts_command="hostname", job_id_var="KAKEHASHI_LOCAL_JOB_ID")
+    dialect = Dialect(hosts_command="hostname", job_id_var="KAKEHASHI_LOCAL_JOB_ID", port_seed_var="KAKEHASHI_LOCAL_PID")
 
     @classmethod
     def connect(cls, access: Access, settings: Mapping[str, object] | None = None) -> Backend:
-        # Local jobs see the portal's own environment first (python, papermill for notebook jobs).
-        return cls(LocalTransport(access.local_root, path_prefix=[os.path.dirname(sys.executable)]), settings)
+        # Local jobs see their Python's environment first (python, papermill for notebook jobs, torchrun).
+        return cls(LocalTransport(access.local_root, path_prefix=[os.path.dirname(job_python(settings))]), settings)
 
     @classmethod
     def job_dir(cls, work_root: str, name: str) -> str:
@@ -142,6 +149,38 @@ class LocalBackend(Backend):
     def parse_load(self, result: CommandResult) -> Load:
         running = self.checked(result, "local load query").strip()
         return Load(pending=0, running=int(running) if running.isdigit() else None)
+
+
+def job_python(settings: Mapping[str, object] | None = None) -> str:
+    """The Python local jobs run with: the cluster's `python` option, else the portal's own (`make run`'s .venv)."""
+    return str((settings or {}).get("python") or sys.executable)
+
+
+def missing_on_host(modules: Sequence[str], launcher: str = "", settings: Mapping[str, object] | None = None) -> list[str]:
+    """What a local job would not find, so that it is refused before it runs rather than failing with exit 127: the
+    launcher command (torchrun, mpirun) on the jobs' PATH, then each module (torch) as the jobs' Python imports it."""
+    python = job_python(settings)
+    missing = []
+    if launcher and launcher != "script":
+        path = os.pathsep.join([os.path.dirname(python), os.environ.get("PATH", os.defpath)])
+        if shutil.which(launcher, path=path) is None:
+            missing.append(launcher)
+    if modules:
+        # Asked again at most every 10 s: `make torch` while the portal runs shows without a restart.
+        missing += _modules_missing(python, tuple(modules), int(time.monotonic() // 10))
+    return missing
+
+
+@functools.lru_cache(maxsize=32)
+def _modules_missing(python: str, modules: tuple[str, ...], _period: int) -> list[str]:
+    # find_spec only: nothing is imported (torch takes seconds to import).
+    probe = "import importlib.util as u, sys; print(' '.join(m for m in sys.argv[1:] if u.find_spec(m) is None))"
+    try:
+        done = subprocess.run([python, "-c", probe, *modules], capture_output=True, text=True, timeout=30,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return list(modules)
+    return done.stdout.split() if done.returncode == 0 else list(modules)
 
 
 def _each_job_dir(job_ids: Sequence[str], body: str) -> str:

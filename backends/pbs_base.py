@@ -25,7 +25,6 @@ from typing import ClassVar
 
 from backends.base import (
     SCRIPT_FILE,
-    Backend,
     InvalidJobSpec,
     JobRecord,
     JobSpec,
@@ -36,6 +35,7 @@ from backends.base import (
 from backends.pbs_parse import IndexEntry, Observation, parse_pbs_load, parse_query, submit_error
 from backends.safety import check_job_name, check_mapping, check_path
 from backends.script import Dialect
+from backends.shell import ShellBackend
 from backends.transport import CommandResult
 
 EXIT_FILE = "kakehashi-exit-status"
@@ -63,10 +63,11 @@ def _checked(kind: str, value: str, pattern: re.Pattern[str]) -> str:
 # ------------------------------------------------------------------------------------------------- backend
 
 
-class PBSBase(Backend):
+class PBSBase(ShellBackend):
     """The PBS backend without its dialect. Construct `backends.pbs.PBSBackend`, which picks one."""
 
     kind = "pbs"
+    cancel_program = "qdel"
     scheduler_name = "PBS"
     submit_program = "qsub"
     directive_prefix = "#PBS"

@@ -137,6 +137,7 @@ class Observation:
     nodes: int | None = None
     raw: Mapping[str, str] = field(default_factory=dict)
     signal: int | None = None
+    cancelled_by: str = ""  # PBS keeps no name of who deleted a job in what is read here
 
     def status(self) -> JobStatus:
         return JobStatus(self.scheduler_id, self.state, self.reason, self.exit_code)

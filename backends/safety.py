@@ -24,6 +24,8 @@ MODULE_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*(/[A-Za-z0-9_][A-Za-z0-9_.+
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 # Image references: docker://nvcr.io/nvidia/pytorch:24.05-py3, oras://..., /shared/images/torch.sif
 CONTAINER_RE = re.compile(r"((docker|oras|library|docker-daemon)://)?/?[A-Za-z0-9_][A-Za-z0-9_./:@+-]*")
+# The nvidia-smi the sampler runs: a command name or an absolute path (a site setting, quoted all the same).
+SAMPLER_COMMAND_RE = re.compile(r"/?[A-Za-z0-9_][A-Za-z0-9_./+-]{0,254}")
 # Values an admin maps a hardware type to (partition, gres, resource names, select statements).
 MAPPING_VALUE_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:=,+/-]*")
 FILE_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
@@ -108,6 +110,16 @@ def check_file_name(name: str) -> str:
     return name
 
 
+def check_file_path(path: str) -> str:
+    """A job file's path in its directory: plain names, in at most 8 folders (a notebook's data/labels.csv)."""
+    parts = path.split("/") if isinstance(path, str) else []
+    if not parts or len(parts) > 8:
+        raise InvalidJobSpec(f"file path {path!r} is not allowed")
+    for part in parts:
+        check_file_name(part)
+    return path
+
+
 def check_mapping(mapping: Mapping[str, str]) -> dict[str, str]:
     for key, value in mapping.items():
         if not _fullmatch(MAPPING_VALUE_RE, str(value)):
@@ -129,6 +141,11 @@ def validate_spec(spec: JobSpec) -> JobSpec:
     """Raise InvalidJobSpec with a message a person can act on, or return the spec unchanged."""
     check_job_name(spec.name)
     check_payload(spec.payload)
+    if isinstance(spec.sample_seconds, bool) or not isinstance(spec.sample_seconds, int) \
+            or not 0 <= spec.sample_seconds <= 3600:
+        raise InvalidJobSpec("the sampling interval must be a whole number of seconds from 0 to 3600")
+    if not SAMPLER_COMMAND_RE.fullmatch(spec.nvidia_smi or ""):
+        raise InvalidJobSpec(f"{spec.nvidia_smi!r} is not a command name or path the sampler can run")
     check_group(spec.group)
     check_modules(spec.modules)
     check_env(spec.env)
@@ -143,7 +160,7 @@ def validate_spec(spec: JobSpec) -> JobSpec:
     if spec.resources.gpu_type and not _fullmatch(GROUP_RE, spec.resources.gpu_type):
         raise InvalidJobSpec(f"GPU type {spec.resources.gpu_type!r} is not allowed")
     for name in spec.files:
-        check_file_name(name)
+        check_file_path(name)
     if not isinstance(spec.walltime_seconds, int) or spec.walltime_seconds <= 0:
         raise InvalidJobSpec("walltime must be a positive duration")
     for label, number in (

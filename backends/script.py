@@ -11,6 +11,7 @@ import shlex
 import tarfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from backends.spec import PAYLOAD_FILE, SCRIPT_FILE, JobSpec, Launcher
 
@@ -26,6 +27,8 @@ class Dialect:
     array_index_var: str = ""  # e.g. SLURM_ARRAY_TASK_ID: which element of an array this is
     # Where the job's datasets are, relative to the job directory (staging links them there before the submit).
     data_dir: str = "data"
+    # A number that tells two jobs on one host apart (their MASTER_PORT), when the job id is not one: "" = the id.
+    port_seed_var: str = ""
 
 
 def hms(seconds: int) -> str:
@@ -114,6 +117,40 @@ def launch_line(spec: JobSpec, dialect: Dialect) -> str:
     raise ValueError(f"unknown launcher {spec.launcher!r}")
 
 
+SAMPLER_FILE = "kakehashi-sampler.sh"
+SAMPLER_SOURCE = (Path(__file__).parent / "sampler.sh").read_bytes()
+
+
+def sampler_lines(spec: JobSpec, dialect: Dialect) -> list[str]:
+    """Start the sampler once on every node of the allocation, in the background, its output thrown away: it can
+    neither fail nor hold up the job. Multi-node: the scheduler's own per-node launch (srun --overlap inside any
+    Slurm allocation, the PBS dialect that runs on Slurm too; else mpirun over the host list, as Grid Engine's and
+    PBS's templates start one agent per node); where the platform runs the script on every node (AWS Batch), here."""
+    if not spec.sample_seconds:
+        return []
+    sampler = (f'sh "$KAKEHASHI_JOB_DIR/{SAMPLER_FILE}" "$KAKEHASHI_JOB_DIR" {int(spec.sample_seconds)} '
+               f"{shlex.quote(spec.nvidia_smi)}")
+    quiet = "</dev/null >/dev/null 2>&1 &"
+    lines = [f"# ---- the sampler: what each node uses, every {spec.sample_seconds} s (it never fails the job) ----",
+             '_kh_sampler=""']
+    nodes = spec.resources.nodes
+    if nodes == 1 or not dialect.multi_node_prefix:
+        lines.append(f"{sampler} {quiet} _kh_sampler=$!")
+        return lines
+    srun = shlex.join(["srun", "--overlap", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1"])
+    mpirun = f"{shlex.join(['mpirun', '-npernode', '1', '-n', str(nodes)])} -hostfile {HOSTFILE}"
+    lines += [
+        'if [ -n "${SLURM_JOB_ID:-}" ] && command -v srun >/dev/null 2>&1; then',
+        f"  {srun} {sampler} {quiet} _kh_sampler=$!",
+        "elif command -v mpirun >/dev/null 2>&1; then",
+        f"  {mpirun} {sampler} {quiet} _kh_sampler=$!",
+        "else",
+        f"  {sampler} {quiet} _kh_sampler=$!  # no per-node launcher: this node only",
+        "fi",
+    ]
+    return lines
+
+
 def render_body(spec: JobSpec, dialect: Dialect) -> str:
     """Everything after the directives: say what runs where, set up, launch, report the exit code."""
     lines = [
@@ -141,7 +178,7 @@ def render_body(spec: JobSpec, dialect: Dialect) -> str:
         'export MASTER_ADDR="$(head -n 1 hosts.txt)"',
         # A port derived from the job id keeps two jobs sharing a first node from colliding. Only the id's
         # leading digits count: PBS ids carry a server suffix ("1234.server", "1234[5].server").
-        f'_kh_id_digits="${{{dialect.job_id_var}%%[!0-9]*}}"',
+        f'_kh_id_digits="${{{dialect.port_seed_var or dialect.job_id_var}%%[!0-9]*}}"',
         (
             # Elements of a Grid Engine array share one job id: the element's index keeps their ports apart.
             'export MASTER_PORT=$(( 29500 + (10#${_kh_id_digits:-0} + KAKEHASHI_ARRAY_INDEX) % 1000 ))'
@@ -177,11 +214,19 @@ def render_body(spec: JobSpec, dialect: Dialect) -> str:
         "nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader; fi",
         'echo "gpus:    ${CUDA_VISIBLE_DEVICES:-none visible}"',
         'echo "python:  $(python3 --version 2>&1 || echo none)"',
+        *sampler_lines(spec, dialect),
         'echo "== start $(date -Is) =="',
         launch_line(spec, dialect),
         "status=$?",
         # Accounting may not keep exit codes (e.g. the Torque wrappers): leave our own record beside the output.
+        # Every node's sampler stops within a second of seeing this file (a shared job directory).
         'echo "$status" > "$KAKEHASHI_JOB_DIR/kakehashi-exit-status"',
+        # Let the per-node launch end by itself (5 s at most), then stop it: a per-node task still running when the
+        # job ends is a failed job to Grid Engine's accounting ("failed 100: assumedly after job"), and an mpirun
+        # killed while its tasks run ends the job with exit status 1 there.
+        *(['if [ -n "$_kh_sampler" ]; then for _kh_i in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$_kh_sampler" 2>/dev/null '
+           '|| break; [ "$_kh_i" = 6 ] && kill "$_kh_sampler" 2>/dev/null; sleep 1; done; fi']
+          if spec.sample_seconds else []),
         'echo "== end $(date -Is), exit status $status =="',
         'exit "$status"',
     ]
@@ -222,6 +267,8 @@ def staging_archive(spec: JobSpec, script: str) -> bytes:
     buf = io.BytesIO()
     now = time.time()
     inputs = {PAYLOAD_FILE: spec.payload.encode(), **spec.files}
+    if spec.sample_seconds:
+        inputs[SAMPLER_FILE] = SAMPLER_SOURCE
     if spec.array:
         # Every element's directory holds what a plain job's would: the payload, the files, its own files.
         members = {SCRIPT_FILE: script.encode()}

@@ -34,7 +34,6 @@ from backends.base import (
     SCRIPT_FILE,
     STDERR_FILE,
     STDOUT_FILE,
-    Backend,
     BackendError,
     InvalidJobSpec,
     JobRecord,
@@ -53,6 +52,7 @@ from backends.sge_parse import (
     qsub_error,
     terse_id,
 )
+from backends.shell import ShellBackend
 from backends.transport import CommandResult
 
 PROFILES = ("tsubame", "abci", "generic")
@@ -81,7 +81,7 @@ def _check_name(kind: str, value: str, pattern: re.Pattern[str] = _NAME_RE) -> s
     return value
 
 
-class SGEBackend(Backend):
+class SGEBackend(ShellBackend):
     kind = "sge"
     scheduler_name = "Grid Engine"
     submit_program = "qsub"
@@ -90,6 +90,7 @@ class SGEBackend(Backend):
     directive_prefix = "#$"
     element_separator = "."  # SGE's job_task notation: "qdel 123.4" deletes that task only
     cancel_argv = ("qdel",)
+    cancel_program = "qdel"
     # 'job "123" task "4" does not exist' while the array lives on, 'denied: job "123" does not exist' once over.
     gone_messages = ("does not exist",)
     dialect = Dialect(
@@ -237,4 +238,5 @@ class SGEBackend(Backend):
         return "qstat -f -u '*'"
 
     def parse_load(self, result: CommandResult) -> Load:
-        return parse_qstat_load(self.checked(result, "qstat"))
+        node_queues = self.settings.get("node_queues") or ()
+        return parse_qstat_load(self.checked(result, "qstat"), [str(q) for q in node_queues])

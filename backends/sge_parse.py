@@ -417,6 +417,8 @@ def _merged_record(scheduler_id: str, rows: Sequence[Mapping[str, str]]) -> JobR
         nodes=len(hosts) or None,
         reason=worst.reason,
         raw=dict(row),
+        # Univa/Altair name who deleted it ("root@login1"); SoGE and OGS keep no name.
+        cancelled_by=(row.get("deleted_by") or "").replace("NONE", "") if worst.state == State.CANCELLED else "",
     )
 
 
@@ -462,10 +464,12 @@ def task_count(tasks: str | None) -> int:
     return max(count, 1)
 
 
-def parse_qstat_load(text: str) -> Load:
+def parse_qstat_load(text: str, node_queues: Sequence[str] = ()) -> Load:
     """`qstat -f -u '*'`: queue instances with their used/total slots and states, running jobs under them, then
     the pending jobs. A host is free when every queue instance on it has nothing running and no alarm or
-    disabled state; a waiting job counts once per array task; a job in error (Eqw) is not waiting to start."""
+    disabled state; a waiting job counts once per array task; a job in error (Eqw) is not waiting to start.
+    `node_queues` (the cluster's option of that name): only the hosts of these queues are nodes, where whole-node
+    jobs (TSUBAME f_node, ABCI rt_AF) run on some hosts only (issue 25: not "3 of 3 nodes free" for 2 such hosts)."""
     hosts: dict[str, bool] = {}
     pending = running = 0
     in_pending = False
@@ -475,6 +479,8 @@ def parse_qstat_load(text: str) -> Load:
             continue
         queue = _QUEUE_LINE.match(line)
         if queue and not in_pending:
+            if node_queues and queue["queue"] not in node_queues:
+                continue
             free = queue["used"] == "0" and not queue["states"]
             hosts[queue["host"]] = hosts.get(queue["host"], True) and free
             continue

@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 
 from backends.base import (
     SCRIPT_FILE,
-    Backend,
     BackendError,
     JobRecord,
     JobSpec,
@@ -24,6 +23,7 @@ from backends.base import (
 )
 from backends.safety import check_job_name, check_mapping
 from backends.script import Dialect, hms, tasks_per_node
+from backends.shell import ShellBackend
 from backends.transport import CommandResult
 
 _PENDING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
@@ -51,6 +51,7 @@ SACCT_FIELDS = "JobID,JobName,State,ExitCode,Start,End,ElapsedRaw,NNodes,AllocTR
 # The job-completion log has no TRES (and Slurm 22.05's `sacct -c` crashes when asked for AllocTRES).
 JOBCOMP_FIELDS = SACCT_FIELDS.replace(",AllocTRES", "")
 SCONTROL_MARK = "---kakehashi-scontrol---"
+NAMES_MARK = "---kakehashi-names---"
 
 
 def slurm_walltime(seconds: int) -> str:
@@ -65,7 +66,7 @@ def _epoch(value: str) -> datetime | None:
     return datetime.fromtimestamp(int(value), UTC)
 
 
-class SlurmBackend(Backend):
+class SlurmBackend(ShellBackend):
     kind = "slurm"
     scheduler_name = "Slurm"
     submit_program = "sbatch"
@@ -80,6 +81,7 @@ class SlurmBackend(Backend):
     supports_arrays = True
     element_separator = "_"
     cancel_argv = ("scancel",)
+    cancel_program = "scancel"
     gone_messages = ("Invalid job id",)
 
     # ------------------------------------------------------------------------------------------- rendering
@@ -157,8 +159,10 @@ class SlurmBackend(Backend):
         # `-t all` keeps recently finished jobs (MinJobAge) so their end is seen; `%r` is the pending reason;
         # `-r` lists an array's waiting elements one by one ("123_4", not "123_[4-10]"). One purged id makes
         # squeue refuse the whole list ("Invalid job id"): then it asks for everything, in the same round trip.
+        # Times as epoch seconds: %S is a waiting job's expected start (what `squeue --start` shows), N/A if none.
         fmt = shlex.quote(_SQUEUE_FORMAT)
-        return f"squeue -h -r -t all -j {','.join(scheduler_ids)} -o {fmt} || squeue -h -r -t all -o {fmt}"
+        return (f"export SLURM_TIME_FORMAT=%s; squeue -h -r -t all -j {','.join(scheduler_ids)} -o {fmt} "
+                f"|| squeue -h -r -t all -o {fmt}")
 
     def parse_statuses(self, result: CommandResult, scheduler_ids: Sequence[str]) -> dict[str, JobStatus]:
         return parse_squeue(self.checked(result, "squeue"), set(scheduler_ids))
@@ -176,12 +180,19 @@ class SlurmBackend(Backend):
         ids = [i for i in scheduler_ids if _ID_RE.fullmatch(i)]
         sacct = f"SLURM_TIME_FORMAT=%s sacct {'-c ' if self._jobcomp else ''}-n -P -j {','.join(scheduler_ids)} -o {fields}"
         scontrol = "; ".join(f"scontrol -o show job {i}" for i in ids)
-        return f"{sacct} && {{ echo {SCONTROL_MARK}; {{ {scontrol or 'true'}; }} 2>/dev/null; true; }}"
+        # Accounting names whoever cancelled a job by uid ("CANCELLED by 0"): their login names, from the same
+        # round trip, so that a history says "scancel by root" rather than a number.
+        names = ("printf '%s\\n' \"$out\" | grep -o 'CANCELLED by [0-9][0-9]*' | cut -d' ' -f3 | sort -u "
+                 "| xargs -r getent passwd | cut -d: -f1,3")
+        return (f"out=$({sacct}) && printf '%s\\n' \"$out\" && {{ echo {SCONTROL_MARK}; {{ {scontrol or 'true'}; }} "
+                f"2>/dev/null; echo {NAMES_MARK}; {{ {names}; }} 2>/dev/null; true; }}")
 
     def parse_records(self, result: CommandResult, scheduler_ids: Sequence[str]) -> dict[str, JobRecord]:
         fields = JOBCOMP_FIELDS if self._jobcomp else SACCT_FIELDS
-        text, _, controller = self.checked(result, "sacct").partition(f"{SCONTROL_MARK}\n")
-        return parse_sacct(text, set(scheduler_ids), fields, parse_scontrol_exit_codes(controller))
+        text, _, rest = self.checked(result, "sacct").partition(f"{SCONTROL_MARK}\n")
+        controller, _, names = rest.partition(f"{NAMES_MARK}\n")
+        return parse_sacct(text, set(scheduler_ids), fields, parse_scontrol_exit_codes(controller),
+                           parse_user_names(names))
 
     def load_command(self, queues: Sequence[str]) -> str | None:
         # Three readings in one round trip, each after a marker: every job's state and partition (array
@@ -197,7 +208,7 @@ class SlurmBackend(Backend):
         return parse_slurm_load(self.checked(result, "squeue/sinfo"))
 
 
-_SQUEUE_FORMAT = "%i|%T|%r"
+_SQUEUE_FORMAT = "%i|%T|%r|%S"
 
 
 def _sections(text: str) -> dict[str, list[str]]:
@@ -238,7 +249,7 @@ def parse_slurm_load(text: str) -> Load:
 
 
 def parse_squeue(text: str, wanted: set[str]) -> dict[str, JobStatus]:
-    """`squeue -o '%i|%T|%r'` lines of the wanted jobs."""
+    """`squeue -o '%i|%T|%r|%S'` lines of the wanted jobs (%S, epoch seconds: a waiting job's expected start)."""
     statuses: dict[str, JobStatus] = {}
     for line in text.splitlines():
         parts = line.strip().split("|")
@@ -246,7 +257,9 @@ def parse_squeue(text: str, wanted: set[str]) -> dict[str, JobStatus]:
             continue
         job_id, raw_state, reason = parts[0], parts[1].split()[0], parts[2]
         state = _STATES.get(raw_state, State.RUNNING)
-        statuses[job_id] = JobStatus(job_id, state, "" if reason in {"None", "(null)"} else reason)
+        expected = _epoch(parts[3]) if len(parts) > 3 and state == State.PENDING else None
+        statuses[job_id] = JobStatus(job_id, state, "" if reason in {"None", "(null)"} else reason,
+                                     expected_start=expected)
     return statuses
 
 
@@ -270,12 +283,24 @@ def _exit_pair(text: str) -> tuple[int | None, int]:
     return (int(code) if code.isdigit() else None), (int(signal) if signal.isdigit() else 0)
 
 
+def parse_user_names(text: str) -> dict[str, str]:
+    """`getent passwd` lines cut to `name:uid`, as {uid: name}."""
+    names = {}
+    for line in text.splitlines():
+        name, _, uid = line.strip().partition(":")
+        if name and uid.isdigit():
+            names[uid] = name
+    return names
+
+
 def parse_sacct(text: str, wanted: set[str], field_list: str = SACCT_FIELDS,
-                controller: Mapping[str, tuple[int, int]] | None = None) -> dict[str, JobRecord]:
+                controller: Mapping[str, tuple[int, int]] | None = None,
+                names: Mapping[str, str] | None = None) -> dict[str, JobRecord]:
     """sacct rows (allocations and their steps) as records of the `wanted` jobs. The exit code is accounting's,
     or slurmctld's where it still knows the job (`controller`, from parse_scontrol_exit_codes); the signal is the
-    allocation's, else its batch step's."""
-    controller = controller or {}
+    allocation's, else its batch step's. Who cancelled a job is accounting's uid, named by `names` (uid → login
+    name, from parse_user_names) where it can be."""
+    controller, names = controller or {}, names or {}
     records: dict[str, JobRecord] = {}
     fields = field_list.split(",")
     rows: dict[str, dict[str, str]] = {}
@@ -303,9 +328,12 @@ def parse_sacct(text: str, wanted: set[str], field_list: str = SACCT_FIELDS,
             exit_code = None  # killed: the script never returned a code
         reason = {
             State.TIMED_OUT: "walltime exceeded (Slurm TIMEOUT)",
-            State.CANCELLED: row["State"].lower(),
+            State.CANCELLED: "cancelled",
             State.FAILED: raw_state.lower().replace("_", " "),
         }.get(state, "")
+        cancelled_by = ""
+        if state is State.CANCELLED and (by := row["State"].partition(" by ")[2].strip()):
+            cancelled_by = names.get(by) or (f"uid {by}" if by.isdigit() else by)
         elapsed = int(row["ElapsedRaw"]) if row["ElapsedRaw"].isdigit() else None
         nodes = int(row["NNodes"]) if row["NNodes"].isdigit() else None
         records[job_id] = JobRecord(
@@ -319,6 +347,7 @@ def parse_sacct(text: str, wanted: set[str], field_list: str = SACCT_FIELDS,
             reason=reason,
             raw=row,
             signal=signal or None,
+            cancelled_by=cancelled_by,
         )
     return records
 

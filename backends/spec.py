@@ -117,6 +117,10 @@ class JobSpec:
     # Names of the datasets the job reads, each at $KAKEHASHI_DATA/<name> (a link into the job directory's data/,
     # made by `Backend.stage_data` before the submit). Only the names: they are all the script needs.
     datasets: Sequence[str] = ()
+    # The sampler (backends/sampler.sh) every node runs beside the job: seconds between samples, 0 = none, and the
+    # nvidia-smi it asks (a site may name its own path; the test cluster names a stand-in).
+    sample_seconds: int = 0
+    nvidia_smi: str = "nvidia-smi"
 
     @property
     def procs(self) -> int:
@@ -140,6 +144,9 @@ class JobStatus:
     # The queue still holds an entry for a job that will never run (Grid Engine's error state): it counts
     # against the user's limits until deleted, so the portal removes it once the failure is recorded.
     stuck: bool = False
+    # When a waiting job is expected to start, where the scheduler predicts it (Slurm's backfill plan, the
+    # StartTime `squeue --start` shows); None where it says nothing.
+    expected_start: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -158,6 +165,9 @@ class JobRecord:
     # The signal accounting says ended the job (Slurm's "0:15", a cancel or walltime kill), apart from the exit
     # code: a killed job has no exit code of its own, and "exit code 0" would say it succeeded.
     signal: int | None = None
+    # Who cancelled it, as the scheduler names them ("root", "alice@login1"), where its record says: what a job's
+    # history says of a cancel made on the cluster outside the portal. "" when unknown or not cancelled.
+    cancelled_by: str = ""
 
 
 # Standard file names inside a job directory: the portal and storage find outputs here on every backend.
@@ -203,6 +213,9 @@ class Load:
     # When the last job waiting now is expected to start (Slurm's `squeue --start`), where the scheduler predicts.
     expected_start: datetime | None = None
     per_queue: Mapping[str, int] = field(default_factory=dict)  # pending jobs by partition/queue
+    # Queues that cannot take a job now, with why (an AWS Batch queue deleted, disabled or invalid): the portal
+    # offers no hardware that submits to them.
+    unavailable: Mapping[str, str] = field(default_factory=dict)
 
 
 class Reach(enum.StrEnum):
@@ -253,6 +266,14 @@ class DataFile:
     open: Callable[[], BinaryIO] = field(compare=False, repr=False)
     # Where the cloud reads it from itself ("s3://bucket/key"), for backends whose jobs pull their own inputs.
     url: str = ""
+    # Its bytes [start, end) as a stream, where the store serves ranges (a large file then moves on several streams).
+    open_range: Callable[[int, int], BinaryIO] | None = field(default=None, compare=False, repr=False)
+    # A short-lived presigned GET of it at the address the worker reaches the store at: small files are fetched
+    # this way (a plain HTTP GET costs a third of a boto3 call).
+    get_url: Callable[[], str] | None = field(default=None, compare=False, repr=False)
+    # A short-lived presigned GET of it, for a login node that fetches from the store itself (cluster option
+    # data_pull); None where the portal keeps files on its own disk.
+    presign: Callable[[], str] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -266,6 +287,16 @@ class DataInput:
     root: str = ""
 
 
+def size_text(n: int | float) -> str:
+    """The one size rule (portal/storage/quota.py size_text uses it too): binary multiples named as such."""
+    value, unit = float(n), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            break
+        value /= 1024
+    return f"{value:.0f} B" if unit == "B" else f"{value:.1f} {unit}"
+
+
 @dataclass
 class StagingReport:
     """What staging did: files and bytes copied, files found in the cluster's cache, paths linked in place."""
@@ -275,11 +306,25 @@ class StagingReport:
     reused_files: int = 0
     reused_bytes: int = 0
     in_place: int = 0
+    # Of the copied files, how many (and bytes) the login node fetched from the store itself (data_pull).
+    pulled_files: int = 0
+    pulled_bytes: int = 0
     # The unix group whose shared cache it was (the project's, docs/decisions/0027); "": the account's own cache.
     shared_group: str = ""
+    # A backend that copies nothing before submitting (AWS Batch): what the job's container pulls itself when it
+    # starts, checking each file's SHA-256, and from where. Nothing was copied, so nothing is said to have been.
+    container_files: int = 0
+    container_bytes: int = 0
+    container_source: str = ""
 
     def summary(self) -> str:
-        parts = [f"copied {self.copied_files} file(s), {self.copied_bytes} bytes",
+        if self.container_files and not (self.copied_files or self.reused_files or self.in_place):
+            return (f"nothing copied before submitting: the job's container pulls {self.container_files} file(s), "
+                    f"{size_text(self.container_bytes)}, from {self.container_source} when it starts, checking each "
+                    "file's SHA-256")
+        parts = [f"copied {self.copied_files} file(s), {self.copied_bytes} bytes"
+                 + (f" ({self.pulled_files} file(s), {self.pulled_bytes} bytes fetched by the login node from the "
+                    "object store itself)" if self.pulled_files else ""),
                  f"{self.reused_files} file(s) ({self.reused_bytes} bytes) already in the cluster's cache"]
         if self.in_place:
             parts.append(f"{self.in_place} registered path(s) used in place")

@@ -10,24 +10,26 @@ checked values (hex digests, validated names) and shlex-quoted paths, as the res
   project's group (`/gs/bs/{group}/.kakehashi/cache`): then every member of the project shares one cache in the
   group's area, its directories group-owned, setgid and group-writable, its files group-readable and read-only,
   so a dataset one researcher staged is not copied again for another (docs/decisions/0027);
-- a missing file is streamed over SFTP (`Transport.write_stream`, bounded memory) to a temporary name, its
-  SHA-256 computed on the login node from what arrived, and renamed into place only if it matches: a cache
-  entry is always whole and right, whatever crashed half-way;
+- a missing file is streamed to the login node (`Transport.pipe`: OpenSSH's client where the worker has it, bounded
+  memory; a large file alone, on several streams, small files many to a tar stream: backends/staging_copy.py,
+  docs/decisions/0041) or fetched by the login node itself from the store (`data_pull`, backends/staging_pull.py,
+  0042) to a temporary name, its SHA-256 computed on the login node from what arrived, and renamed into place only
+  if it matches: a cache entry is always whole and right, whatever crashed half-way;
 - a registered path must resolve (symlinks followed) inside the project's root there and be readable, and no
   link inside it may point out of that root; it is linked, never copied.
 """
 
 from __future__ import annotations
 
-import contextlib
-import queue
+import io
 import re
 import shlex
-import threading
+import tarfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
 
+from backends import staging_copy, staging_pull
 from backends.spec import DATA_DIR, BackendError, DataInput, DataRefused, StagingReport
 from backends.transport import CommandResult, Transport
 
@@ -41,8 +43,9 @@ NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 PROJECT_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 # How many symlinks inside a registered tree are looked at for escapes, and how deep.
 LINK_CHECK_LIMIT, LINK_CHECK_DEPTH = 10_000, 6
-# How often a long copy tells its caller it is still alive (the dispatch worker renews its lease on the job).
-HEARTBEAT_SECONDS = 15.0
+# Small files travel in tar streams of at most this many files or bytes: between two streams the cache is looked
+# at again (another stager may have brought the rest), and a failed stream costs at most this much again.
+BATCH_FILES, BATCH_BYTES = 5000, 2 << 30
 # After a copy that took longer than this, the cache is looked at again before the next file: someone else (another
 # researcher of the project, another dispatch) may have staged it meanwhile.
 RECHECK_SECONDS = 5.0
@@ -83,16 +86,22 @@ def check_inputs(project: str, datasets: Sequence[DataInput]) -> None:
             parts = f.path.split("/") if f.path else []
             if any(p in {"", ".", ".."} or "\0" in p or "\n" in p for p in parts):
                 raise DataRefused(f"dataset {d.name}: {f.path!r} is not a plain relative path")
+        paths = {f.path for f in d.files}
+        folders = {f.path.rsplit("/", i)[0] for f in d.files for i in range(1, f.path.count("/") + 1)}
+        if paths & folders:
+            raise DataRefused(f"dataset {d.name}: {sorted(paths & folders)[0]!r} is both a file and a folder")
     if len(set(names)) != len(names):
         raise DataRefused("a dataset is attached twice")
 
 
 def stage(transport: Transport, workdir: str, project: str, datasets: Sequence[DataInput], *,
           cache_root: str = DEFAULT_CACHE_ROOT, group: str = "",
-          heartbeat: Callable[[], None] | None = None) -> StagingReport:
+          heartbeat: Callable[[], None] | None = None, pull: bool = False, streams: int = 0) -> StagingReport:
     """Put every dataset at `<workdir>/data/<name>`. Idempotent: run again, it copies nothing already there.
     `group`: the cache is shared by that unix group (see `cache_location`); "": it is this account's own.
-    `heartbeat` is called every HEARTBEAT_SECONDS or so while bytes move (a copy may take longer than a lease)."""
+    `heartbeat` is called every few seconds while bytes move (a copy may take longer than a lease).
+    `pull`: the login node fetches what it can from the object store itself (presigned GETs, backends/staging_pull);
+    what it cannot reach is relayed as usual. `streams`: how many streams carry one large file (0: the default)."""
     check_inputs(project, datasets)
     if group and not GROUP_RE.fullmatch(group):
         raise BackendError(f"not a group name the data cache can use: {group!r}")
@@ -101,21 +110,41 @@ def stage(transport: Transport, workdir: str, project: str, datasets: Sequence[D
         return report
     cache = f"{cache_root.rstrip('/')}/{project}"
     files = {f.sha256: f for d in datasets for f in d.files}
-    cached = _cached_sizes(transport, cache, sorted(files), group)
+    cached, where = _cached_sizes(transport, cache, sorted(files), group)
+    # Large files one stream each; the rest in tar streams of at most BATCH_FILES files or BATCH_BYTES bytes.
+    todo = [f for sha, f in sorted(files.items()) if cached.get(sha) != f.size]
+    if pull and todo:
+        fetched = [f for f in todo if f.presign is not None]
+        relay = {f.sha256 for f in staging_pull.pull(transport, cache, fetched, group, heartbeat)}
+        for f in fetched:
+            if f.sha256 not in relay:
+                cached[f.sha256] = f.size
+                report.copied_files += 1
+                report.copied_bytes += f.size
+                report.pulled_files += 1
+                report.pulled_bytes += f.size
+        todo = [f for f in todo if f.presign is None or f.sha256 in relay]
+    large = [f for f in todo if f.size >= staging_copy.LARGE_FILE]
+    batches = _batches([f for f in todo if f.size < staging_copy.LARGE_FILE])
     looked_at = time.monotonic()
-    for sha, f in sorted(files.items()):
-        if cached.get(sha) != f.size and time.monotonic() - looked_at > RECHECK_SECONDS:
+    for group_of_files in [[f] for f in large] + batches:
+        if time.monotonic() - looked_at > RECHECK_SECONDS:
             # The last copy took a while: what is still missing may have arrived from someone else meanwhile.
-            cached = _cached_sizes(transport, cache, [s for s in sorted(files) if s >= sha], group)
+            found, _ = _cached_sizes(transport, cache, [f.sha256 for f in group_of_files], group)
+            cached.update(found)
             looked_at = time.monotonic()
-        if cached.get(sha) == f.size:
-            report.reused_files += 1
-            report.reused_bytes += f.size
-            continue
-        _copy_verified(transport, cache, f, heartbeat, group)
-        report.copied_files += 1
-        report.copied_bytes += f.size
-    _link(transport, workdir, cache, datasets)
+        missing = [f for f in group_of_files if cached.get(f.sha256) != f.size]
+        if len(group_of_files) == 1 and missing and missing[0].size >= staging_copy.LARGE_FILE:
+            staging_copy.copy_large(transport, cache, missing[0], group, heartbeat, streams)
+        else:
+            staging_copy.copy_batch(transport, cache, missing, group, heartbeat)
+        for f in missing:
+            cached[f.sha256] = f.size
+            report.copied_files += 1
+            report.copied_bytes += f.size
+    report.reused_files = len(files) - report.copied_files
+    report.reused_bytes = sum(f.size for f in files.values()) - report.copied_bytes
+    _link(transport, workdir, cache, where, datasets)
     report.in_place = sum(1 for d in datasets if d.cluster_path)
     return report
 
@@ -127,24 +156,37 @@ def _run(transport: Transport, command: str, what: str, timeout: float | None = 
     return result
 
 
-def _cached_sizes(transport: Transport, cache: str, digests: list[str], group: str = "") -> dict[str, int]:
-    """Sizes of the cache entries that exist, in one command (which makes the cache directory first)."""
-    if not digests:
-        return {}
+def _batches(files: list) -> list[list]:
+    batches: list[list] = []
+    size = 0
+    for f in files:
+        if not batches or len(batches[-1]) >= BATCH_FILES or size + f.size > BATCH_BYTES:
+            batches.append([])
+            size = 0
+        batches[-1].append(f)
+        size += f.size
+    return batches
+
+
+def _cached_sizes(transport: Transport, cache: str, digests: list[str], group: str = "") -> tuple[dict[str, int], str]:
+    """Sizes of the cache entries that exist, and the cache's absolute path, in one command (which makes the cache
+    directory first). The digests go on stdin: 10,000 of them are longer than one shell word may be."""
     prepare = (_shared_directory(cache, group) if group else
                f"mkdir -p -- {home_path(cache)} && chmod 700 -- {home_path(cache)}")
-    command = (f"{prepare} && cd -- {home_path(cache)} && "
-               f"for h in {' '.join(digests)}; do if [ -f \"$h\" ]; then printf '%s %s\\n' \"$h\" \"$(stat -c %s -- \"$h\")\"; fi; done")
-    result = _run(transport, command, "looking into the data cache")
+    command = (f"{prepare} && cd -- {home_path(cache)} && pwd && "
+               "{ xargs -r stat -c '%n %s' -- 2>/dev/null; true; }")
+    result = transport.run_shell(command, stdin="".join(f"{sha}\n" for sha in digests).encode(), timeout=120)
     if result.exit_status == 4:
         raise DataRefused(result.stdout.strip() or result.message)
-    out = result.stdout
+    if result.exit_status != 0:
+        raise BackendError(f"looking into the data cache failed on the cluster: {result.message}")
+    where, _, listing = result.stdout.partition("\n")
     sizes = {}
-    for line in out.splitlines():
+    for line in listing.splitlines():
         sha, _, size = line.partition(" ")
         if SHA256_RE.fullmatch(sha) and size.isdigit():
             sizes[sha] = int(size)
-    return sizes
+    return sizes, where.strip()
 
 
 def _shared_directory(cache: str, group: str) -> str:
@@ -176,98 +218,6 @@ def _shared_directory(cache: str, group: str) -> str:
             "the shared data cache %s is not group %s's to share (group %s, mode %s): its owner can run chgrp %s "
             "and chmod g+rwxs on it", c, '"$g"', f'"$(stat -c %G -- {c})"', f'"$(stat -c %a -- {c})"', '"$g"'),
     ])
-
-
-def _copy_verified(transport: Transport, cache: str, f, heartbeat: Callable[[], None] | None = None,
-                   group: str = "") -> None:
-    temporary = f"{cache}/{f.sha256}.part-{uuid.uuid4().hex[:12]}"
-    source = f.open()
-    try:
-        reader = Prefetched(source, heartbeat=heartbeat)
-        try:
-            written = transport.write_stream(temporary, reader)
-        except BaseException:
-            # A copy cut short leaves no stray part file behind, where the cluster can still be told so.
-            with contextlib.suppress(Exception):
-                transport.run_shell(f"rm -f -- {home_path(temporary)}", timeout=30)
-            raise
-        finally:
-            reader.close()
-    finally:
-        close = getattr(source, "close", None)
-        if close:
-            close()
-    tmp, final = home_path(temporary), home_path(f"{cache}/{f.sha256}")
-    # In a shared cache the file is the group's and read-only before it takes its name: whoever sees it may read
-    # it, and no job writes through its link into what the others read.
-    share = f"chgrp -- {shlex.quote(group)} {tmp} && chmod 0440 -- {tmp} && " if group else ""
-    # Hashed on the login node, from the bytes that arrived: only then does the file take its content's name.
-    # OpenSSL uses the CPU's SHA instructions (4x coreutils' sha256sum here); sha256sum where there is no openssl.
-    command = (f"got=$({{ openssl dgst -sha256 -r {tmp} 2>/dev/null || sha256sum -- {tmp}; }} | cut -d ' ' -f 1); "
-               f"size=$(stat -c %s -- {tmp}); "
-               f"if [ \"$got\" = {f.sha256} ] && [ \"$size\" = {int(f.size)} ]; then {share}mv -f -- {tmp} {final}; "
-               f"else rm -f -- {tmp}; printf '%s %s\\n' \"$got\" \"$size\"; exit 3; fi")
-    result = _run(transport, command, "checking a staged file", timeout=max(60.0, f.size / 50e6))
-    if result.exit_status == 3:
-        got, _, size = result.stdout.strip().partition(" ")
-        raise DataRefused(
-            f"{f.path or 'the file'} arrived on the cluster with SHA-256 {got[:16]}… and {size or '?'} bytes, but the "
-            f"object store recorded {f.sha256[:16]}… and {f.size} bytes ({written} sent): the stored copy does not "
-            "match its checksum; upload it again")
-
-
-class Prefetched:
-    """Reads `source` in a thread a few chunks ahead, so fetching from the object store and writing to the cluster
-    overlap; at most `depth` chunks wait in memory."""
-
-    def __init__(self, source, chunk: int = 1 << 20, depth: int = 8,
-                 heartbeat: Callable[[], None] | None = None) -> None:
-        self._heartbeat, self._beat_at = heartbeat, time.monotonic()
-        self._queue: queue.Queue = queue.Queue(maxsize=depth)
-        self._rest = b""
-        self._done = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._fill, args=(source, chunk), daemon=True)
-        self._thread.start()
-
-    def _fill(self, source, chunk: int) -> None:
-        try:
-            while not self._stop.is_set():
-                data = source.read(chunk)
-                self._put(data)
-                if not data:
-                    return
-        except BaseException as exc:  # noqa: BLE001 - handed to the reader, raised there
-            self._put(exc)
-
-    def _put(self, item) -> None:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.5)
-                return
-            except queue.Full:
-                continue
-
-    def read(self, size: int = -1) -> bytes:
-        if self._heartbeat is not None and time.monotonic() - self._beat_at > HEARTBEAT_SECONDS:
-            self._beat_at = time.monotonic()
-            self._heartbeat()
-        while not self._rest and not self._done:
-            item = self._queue.get()
-            if isinstance(item, BaseException):
-                self._stop.set()
-                raise item
-            if not item:
-                self._done = True
-            self._rest = item
-        if size < 0 or size >= len(self._rest):
-            data, self._rest = self._rest, b""
-        else:
-            data, self._rest = self._rest[:size], self._rest[size:]
-        return data
-
-    def close(self) -> None:
-        self._stop.set()
 
 
 def check_cluster_path(path: str, root: str) -> str:
@@ -303,9 +253,13 @@ def check_cluster_path(path: str, root: str) -> str:
     ])
 
 
-def _link(transport: Transport, workdir: str, cache: str, datasets: Sequence[DataInput]) -> None:
+def _link(transport: Transport, workdir: str, cache: str, where: str, datasets: Sequence[DataInput]) -> None:
+    """Each dataset at `<job dir>/data/<name>`: a registered path or a one-file dataset as one link, a folder as a
+    real directory tree of links to the cache (the dataset's own names), unpacked by tar from a stream of link
+    entries: 10,000 files cost one `tar`, not 10,000 `ln`. `where`: the cache's absolute path."""
     data = f"{workdir.rstrip('/')}/{DATA_DIR}"
     lines = [f"mkdir -p -- {home_path(data)}"]
+    folders = []
     for d in datasets:
         target = f"{data}/{d.name}"
         if d.cluster_path:
@@ -315,14 +269,60 @@ def _link(transport: Transport, workdir: str, cache: str, datasets: Sequence[Dat
         elif len(d.files) == 1 and not d.files[0].path:
             lines.append(f"ln -sfn -- {home_path(cache + '/' + d.files[0].sha256)} {home_path(target)}")
         else:
-            # A folder: a real directory of links, so the job sees the dataset's own names.
-            lines.append(f"rm -rf -- {home_path(target)} && mkdir -p -- {home_path(target)}")
-            folders = sorted({f.path.rsplit('/', 1)[0] for f in d.files if '/' in f.path})
-            if folders:
-                lines.append("mkdir -p -- " + " ".join(home_path(f"{target}/{folder}") for folder in folders))
-            for f in d.files:
-                lines.append(f"ln -sfn -- {home_path(cache + '/' + f.sha256)} {home_path(target + '/' + f.path)}")
+            # A folder: made anew, so a file dropped from the dataset since the last job is not left behind.
+            lines.append(f"rm -rf -- {home_path(target)}")
+            folders.append(d)
     command = " && ".join(lines[:1]) + "".join(f"\n{line} || exit $?" for line in lines[1:])
-    result = _run(transport, "set -o pipefail\n" + command, "linking the datasets into the job directory")
+    what = "linking the datasets into the job directory"
+    if not folders:
+        result = _run(transport, "set -o pipefail\n" + command, what)
+    else:
+        command += f"\ntar -x -f - -C {home_path(data)} --no-same-owner || exit 5"
+        result = transport.pipe("set -o pipefail\n" + command, _LinkTree(where, folders), timeout=120,
+                                counted=False)
+        if result.exit_status not in (0, 3, 4):
+            raise BackendError(f"{what} failed on the cluster: {result.message}")
     if result.exit_status in (3, 4):
         raise DataRefused(result.stdout.strip() or result.message)
+
+
+class _LinkTree:
+    """A tar stream of each folder dataset's directories and links (`<name>/<path>` → `<cache>/<sha256>`), made as
+    it is read: memory stays small whatever the number of files."""
+
+    def __init__(self, cache: str, folders: Sequence[DataInput]) -> None:
+        self._entries = self._generate(cache.rstrip("/"), folders)
+        self._rest = b""
+
+    @staticmethod
+    def _generate(cache: str, folders: Sequence[DataInput]):
+        for d in folders:
+            made = set()
+            for path in [d.name, *sorted({f"{d.name}/{f.path.rsplit('/', 1)[0]}" for f in d.files if "/" in f.path})]:
+                parts = path.split("/")
+                for i in range(1, len(parts) + 1):
+                    folder = "/".join(parts[:i])
+                    if folder not in made:
+                        made.add(folder)
+                        info = tarfile.TarInfo(folder)
+                        info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, int(time.time())
+                        yield info.tobuf(format=tarfile.PAX_FORMAT)
+            for f in d.files:
+                info = tarfile.TarInfo(f"{d.name}/{f.path}")
+                info.type, info.linkname, info.mode, info.mtime = (tarfile.SYMTYPE, f"{cache}/{f.sha256}", 0o777,
+                                                                   int(time.time()))
+                yield info.tobuf(format=tarfile.PAX_FORMAT)
+        yield bytes(1024)
+
+    def read(self, size: int = -1) -> bytes:
+        out = io.BytesIO()
+        out.write(self._rest)
+        while out.tell() < max(size, 1):
+            part = next(self._entries, None)
+            if part is None:
+                break
+            out.write(part)
+        data = out.getvalue()
+        cut = len(data) if size < 0 else size
+        data, self._rest = data[:cut], data[cut:]
+        return data

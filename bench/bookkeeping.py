@@ -53,7 +53,10 @@ def _run() -> int:
     from portal.catalog.models import HardwareType
     from portal.clusters.actions import generate_key_pair
     from portal.clusters.models import Allocation, Cluster, ClusterAccount, Kind
-    from portal.jobs import actions
+    from portal.jobs.actions.dispatch import dispatch_job
+    from portal.jobs.actions.submit import submit_job
+    from portal.jobs.actions.sweeps import submit_sweep
+    from portal.jobs.actions.validation import JobRequest
     from portal.projects.models import Membership, Project, Role
 
     submit_actions.enqueue_on_commit = lambda *task: None  # the request path itself, not the broker
@@ -80,17 +83,17 @@ def _run() -> int:
     account.save()
 
     def request(hardware, name="bench"):
-        return actions.JobRequest(project=project, name=name, script="python train.py --seed $SEED\n",
+        return JobRequest(project=project, name=name, script="python train.py --seed $SEED\n",
                                   hardware=hardware, walltime="01:00:00")
 
-    actions.dispatch_job(actions.submit_job(user, request(cpu)).job.pk)  # warm
+    dispatch_job(submit_job(user, request(cpu)).job.pk)  # warm
     submits, dispatches = [], []
     for _ in range(REPEATS):
         with CaptureQueriesContext(connection) as ctx:
-            job = actions.submit_job(user, request(cpu)).job
+            job = submit_job(user, request(cpu)).job
         submits.append(_count(ctx))
         with CaptureQueriesContext(connection) as ctx:
-            outcome = actions.dispatch_job(job.pk)
+            outcome = dispatch_job(job.pk)
         assert outcome.status == "submitted", outcome
         dispatches.append(_count(ctx))
 
@@ -101,7 +104,7 @@ def _run() -> int:
         for _ in range(3):
             start = time.perf_counter()
             with CaptureQueriesContext(connection) as ctx:
-                actions.submit_sweep(user, request(a100, "sweep"), points, array=array)
+                submit_sweep(user, request(a100, "sweep"), points, array=array)
             samples.append(time.perf_counter() - start)
             statements = _count(ctx)
         rows.append((label, statistics.median(samples), statements))

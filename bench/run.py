@@ -68,13 +68,16 @@ def main() -> int:
 def _run(db_name: str) -> int:
     from decimal import Decimal
 
-    import portal.jobs.actions as job_actions
     import portal.jobs.actions.submit as submit_actions
     import portal.jobs.tracking as job_tracking
-    from portal.accounts.loopback import DEFAULT_STATE, link_researchers, register_clusters
     from portal.budgets.models import Budget
     from portal.catalog.models import HardwareType
     from portal.clusters.connect import account_for, backend_for
+    from portal.dev.loopback import DEFAULT_STATE, link_researchers, register_clusters
+    from portal.jobs.actions.dispatch import dispatch_job
+    from portal.jobs.actions.submit import submit_job
+    from portal.jobs.actions.sweeps import submit_sweep
+    from portal.jobs.actions.validation import JobRequest
     from portal.jobs.models import Job
     from portal.jobs.specs import build_spec
     from portal.projects.models import Project
@@ -103,20 +106,20 @@ def _run(db_name: str) -> int:
         raw = timed(lambda raw_command=raw_command, transport=transport: _ok(transport.run_shell(raw_command)))
 
         def request(name: str = "bench", hardware=hardware, script: str = "true"):
-            return job_actions.JobRequest(project=project, name=name, script=script, hardware=hardware,
+            return JobRequest(project=project, name=name, script=script, hardware=hardware,
                                           walltime="00:05:00")
 
-        specs = [build_spec(job_actions.submit_job(user, request()).job) for _ in range(REPEATS)]
+        specs = [build_spec(submit_job(user, request()).job) for _ in range(REPEATS)]
         spec_iter = iter(specs)
         backend_samples = timed(lambda backend=backend, spec_iter=spec_iter: backend.submit(next(spec_iter)))
 
         def portal_path(request=request):
-            job = job_actions.submit_job(user, request()).job
-            outcome = job_actions.dispatch_job(job.pk)
+            job = submit_job(user, request()).job
+            outcome = dispatch_job(job.pk)
             assert outcome.status == "submitted", outcome
 
         portal_samples = timed(portal_path)
-        web_samples = timed(lambda request=request: job_actions.submit_job(user, request()))
+        web_samples = timed(lambda request=request: submit_job(user, request()))
         rows.append((label, ms(raw), ms(backend_samples), ms(portal_samples), ms(web_samples)))
 
         # Tracking: N active jobs, one cycle, against one raw status command for the same ids.
@@ -125,8 +128,8 @@ def _run(db_name: str) -> int:
         Job.objects.filter(cluster=hardware.cluster).update(state="cancelled")
         tracked = []
         for _ in range(TRACK_JOBS):
-            job = job_actions.submit_job(user, request(script="sleep 300")).job
-            job_actions.dispatch_job(job.pk)
+            job = submit_job(user, request(script="sleep 300")).job
+            dispatch_job(job.pk)
             tracked.append(Job.objects.get(pk=job.pk))
         ids = [job.scheduler_id for job in tracked]
         raw_status = "squeue -h -t all -j " + ",".join(ids) if "Slurm" in label else "qstat -xml -u '*'"
@@ -145,7 +148,7 @@ def _run(db_name: str) -> int:
         transport = backend.transport
 
         def request(name: str = "bench", hardware=hardware, script: str = "true"):
-            return job_actions.JobRequest(project=project, name=name, script=script, hardware=hardware,
+            return JobRequest(project=project, name=name, script=script, hardware=hardware,
                                           walltime="00:05:00")
 
         # A sweep of N points: one raw array submit against the portal's sweep, as one array and job by job.
@@ -158,17 +161,17 @@ def _run(db_name: str) -> int:
         points = {"SEED": list(range(SWEEP_POINTS))}
 
         def portal_sweep(array: bool, request=request, points=points):
-            sweep = job_actions.submit_sweep(user, request(name="sweep"), points, array=array)
+            sweep = submit_sweep(user, request(name="sweep"), points, array=array)
             jobs = [submission.job.pk for submission in sweep.submissions]
             for job_id in jobs[:1] if array else jobs:
                 # Job by job, a dispatch takes along the points still queued for the account (docs/decisions/0022):
                 # the later points' own dispatches then find them submitted.
-                assert job_actions.dispatch_job(job_id).status in ("submitted", "skipped")
+                assert dispatch_job(job_id).status in ("submitted", "skipped")
             assert not Job.objects.filter(pk__in=jobs, scheduler_id="").exists()
             return sweep
 
         as_array = timed(lambda: portal_sweep(True), SWEEP_REPEATS)
-        web_sweep = timed(lambda request=request, points=points: job_actions.submit_sweep(
+        web_sweep = timed(lambda request=request, points=points: submit_sweep(
             user, request(name="sweep"), points, array=True), SWEEP_REPEATS)
         one_by_one = timed(lambda: portal_sweep(False), SWEEP_REPEATS)
         rows.append((f"{label}: sweep of {SWEEP_POINTS}, one array", ms(raw_sweep_samples), None, ms(as_array),

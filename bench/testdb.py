@@ -12,6 +12,19 @@ def is_statement(sql: str) -> bool:
     return not sql.lstrip().upper().startswith(_BRACKETS)
 
 
+class StatementCounter:
+    """A database execute wrapper counting every statement sent, however many (transaction brackets excepted):
+    Django keeps only the last 9,000 captured queries."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, execute, sql, params, many, context):
+        if is_statement(sql):
+            self.count += 1
+        return execute(sql, params, many, context)
+
+
 def in_test_database(run: Callable[[], int]) -> int:
     """Set Django up, run `run` against a fresh test database (as the tests would), drop it afterwards."""
     import django

@@ -12,7 +12,8 @@ For Slurm and for the TSUBAME-style Grid Engine cluster of the loopback test clu
 
 The portal's jobs run `sleep 300` (the API has no hold); at most a few start before the end, and every job both
 sides created is cancelled afterwards. Settings: BENCH_JOBS (200), BENCH_CLIENTS (8), BENCH_REDIS_DB (13),
-BENCH_PORT (8917), BENCH_CASES (slurm,sge), BENCH_OUT, BENCH_CODE_ROOT (the daemons' checkout); extra environment for the daemons with BENCH_ENV_* (e.g.
+BENCH_PORT (8917), BENCH_CASES (slurm,sge), BENCH_BULK (1: also the N jobs in one `POST /api/v1/jobs/batch/`,
+timed from the request to the last scheduler id; 0: not), BENCH_OUT, BENCH_CODE_ROOT (the daemons' checkout); extra environment for the daemons with BENCH_ENV_* (e.g.
 BENCH_ENV_KAKEHASHI_CLUSTER_TASK_SLOTS=4). Also the CPU seconds the web server, the worker, PostgreSQL and the
 whole machine spent meanwhile (where the time goes), the bench's own
 client threads apart, and the floor: as many `GET /api/v1/me/` (the cheapest authenticated request) by the same
@@ -44,6 +45,7 @@ CLIENTS = int(os.environ.get("BENCH_CLIENTS", "8"))
 REDIS_DB = int(os.environ.get("BENCH_REDIS_DB", "13"))
 PORT = int(os.environ.get("BENCH_PORT", "8917"))
 CASES = os.environ.get("BENCH_CASES", "slurm,sge").split(",")
+BULK = os.environ.get("BENCH_BULK", "1") != "0"  # also the same jobs in one bulk request (POST jobs/batch/)
 DB_NAME = os.environ.get("BENCH_DB", f"kakehashi_bench_throughput_{os.getpid()}")
 PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
 STATE = Path(os.environ.get("KAKEHASHI_CLUSTER_DIR", "/var/tmp/kakehashi-cluster"))
@@ -164,9 +166,9 @@ def _run(env: dict, daemons: list) -> int:
 
     import paramiko
 
-    from portal.accounts.loopback import DEFAULT_STATE, link_researchers, register_clusters
     from portal.api.tokens import issue_token
     from portal.budgets.models import Budget
+    from portal.dev.loopback import DEFAULT_STATE, link_researchers, register_clusters
     from portal.projects.models import Project
 
     project = Project.objects.create(slug="bench", name="Bench")
@@ -215,6 +217,12 @@ def _run(env: dict, daemons: list) -> int:
             portal = _portal(secret, hardware, project.slug, case)
             after = _cpu(daemons)
             portal["cpu"] = {k: after[k] - before[k] for k in after}
+            if BULK:
+                before = _cpu(daemons)
+                portal["bulk"] = _bulk(secret, hardware, project.slug, case)
+                after = _cpu(daemons)
+                portal["bulk"]["cpu"] = {k: after[k] - before[k] for k in after}
+                portal["ids"] += portal["bulk"]["ids"]
             before = _cpu(daemons)
             portal["floor"] = _floor(secret)
             after = _cpu(daemons)
@@ -250,6 +258,16 @@ def _run(env: dict, daemons: list) -> int:
         f"{label} {p['requests_total']:.2f} s" for label, _, _, p in rows) + ".",
         "", "SSH connections to the login node held by each Celery pool process afterwards (one account): " + "; ".join(
             f"{label} {p['ssh']}" for label, _, _, p in rows) + "."]
+    if BULK:
+        lines += ["", f"Bulk submit: the same {JOBS} jobs in one `POST /api/v1/jobs/batch/` (all or none), from the request "
+                  "sent to the last scheduler id recorded, against the same raw submits:", "",
+                  "| Case | raw | bulk: request → last scheduler id | bulk ÷ raw | the request alone | CPU: machine "
+                  "| gunicorn | Celery worker | PostgreSQL |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for label, raw_total, _, p in rows:
+            b, c = p["bulk"], p["bulk"]["cpu"]
+            lines.append(f"| {label} | {raw_total:.2f} s | {b['total']:.2f} s | ×{b['total'] / raw_total:.2f} "
+                         f"| {b['request']:.2f} s | {c['machine']:.1f} s | {c['web']:.1f} s | {c['worker']:.1f} s "
+                         f"| {c['postgres']:.1f} s |")
     lines += ["", "CPU seconds spent while it ran (whole machine, other agents included; the daemons' own):", "",
               "| Case | raw: machine | portal: machine | gunicorn | Celery worker | PostgreSQL | bench's clients "
               "| rest (sshd, scheduler, Redis, others) |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -445,6 +463,28 @@ def _floor(secret: str) -> dict:
     for thread in threads:
         thread.join()
     return {"total": time.perf_counter() - start, "request": samples}
+
+
+def _bulk(secret: str, hardware: str, project: str, case: str) -> dict:
+    """One bulk request of JOBS jobs: sent → answered, and sent → the last scheduler id recorded."""
+    import httpx
+
+    from portal.jobs.models import Job
+
+    bodies = [{"project": project, "name": f"bulk-{case}-{i}", "script": "sleep 300", "hardware": hardware,
+               "walltime": "00:05:00"} for i in range(JOBS)]
+    with httpx.Client(base_url=f"http://127.0.0.1:{PORT}", timeout=600,
+                      headers={"Authorization": f"Bearer {secret}"}) as http:
+        sent = time.time()
+        response = http.post("/api/v1/jobs/batch/", json={"jobs": bodies})
+        answered = time.time()
+    if response.status_code != 201:
+        raise RuntimeError(f"bulk submit failed: {response.status_code} {response.text[:300]}")
+    ids = [job["id"] for job in response.json()["jobs"]]
+    _wait_for_ids(ids)
+    last = max(Job.objects.filter(pk__in=ids).values_list("submitted_at", flat=True)).timestamp()
+    return {"total": last - sent, "request": answered - sent,
+            "ids": [i.split(".")[0] for i in Job.objects.filter(pk__in=ids).values_list("scheduler_id", flat=True)]}
 
 
 def _portal(secret: str, hardware: str, project: str, case: str) -> dict:

@@ -25,7 +25,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from bench.testdb import in_test_database, is_statement
+from bench.testdb import StatementCounter, in_test_database
 
 ROOT = Path(__file__).resolve().parent.parent
 CODE = Path(os.environ.get("BENCH_CODE_ROOT", ROOT))
@@ -179,7 +179,7 @@ def _cycle(cluster, squeue: str, sacct: str) -> tuple[int, int, float, float]:
     from portal.jobs import tracking
 
     parser = renderer_for(cluster)
-    counter = _Statements()
+    counter = StatementCounter()
     cpu, wall = time.process_time(), time.perf_counter()
     with CaptureQueriesContext(connection) as ctx, connection.execute_wrapper(counter):
         jobs = _tracked(cluster)
@@ -199,18 +199,6 @@ def _cycle(cluster, squeue: str, sacct: str) -> tuple[int, int, float, float]:
         for q in (sorted(ctx.captured_queries, key=lambda q: -float(q["time"]))[:5] if os.environ["BENCH_SHOW_SQL"] != "all" else ctx.captured_queries):
             print(f"  {q['time']} s  {q['sql'][:100]}")
     return calls, sql, cpu, wall
-
-
-class _Statements:
-    """Counts the statements sent, however many (transaction brackets excepted)."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def __call__(self, execute, sql, params, many, context):
-        if is_statement(sql):
-            self.count += 1
-        return execute(sql, params, many, context)
 
 
 def _tracked(cluster):
@@ -245,7 +233,8 @@ def _old_loop(cluster, jobs, statuses, records) -> None:
             tracking.apply_status(job.pk, job.state, tracking._STATE_MAP[status.state], status.reason)
         else:
             tracking.flag_lost_if_silent(job.pk, now)
-    transitions.mark_seen([job.pk for job in jobs if job.scheduler_id in statuses or job.scheduler_id in records], now)
+    transitions.update([job.pk for job in jobs if job.scheduler_id in statuses or job.scheduler_id in records],
+                       stamp=False, last_seen_at=now)
 
 
 if __name__ == "__main__":

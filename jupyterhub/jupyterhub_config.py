@@ -104,8 +104,26 @@ c.JupyterHub.services = [{
     "display": True,
     "info": {"description": "Kakehashi: run notebooks and jobs on the cluster and the cloud"},
 }]
+service_scopes = ["list:users", "read:users"]
+
+# ------------------------------------------------------------------- sessions: servers on compute nodes
+# KAKEHASHI_HUB_SPAWNER=kakehashi: each (named) server is a Kakehashi session, a job on a compute node that the
+# portal budgets and tracks (kakehashi_lab/spawner.py, docs/guide/sessions.md). The portal's Sessions page asks the
+# hub to start named servers, hence the service's `servers` scope.
+if c.JupyterHub.spawner_class == "kakehashi":
+    sys.path.insert(0, str(HERE / "kakehashi-lab"))  # this checkout's kakehashi_lab, whatever is installed
+    c.JupyterHub.spawner_class = "kakehashi_lab.spawner.KakehashiSpawner"
+    c.KakehashiSpawner.portal_url = portal_url
+    c.JupyterHub.allow_named_servers = True
+    c.JupyterHub.named_server_limit_per_user = int(os.environ.get("KAKEHASHI_HUB_SESSIONS_PER_USER", "5"))
+    # The hub answers a start at once (202) instead of waiting up to 10 s: the portal's Start returns, and the session
+    # appears on its page while the hub waits for it (a handler setting, hence tornado_settings).
+    c.JupyterHub.tornado_settings = {"slow_spawn_timeout": 0}
+    service_scopes.append("servers")
+
 c.JupyterHub.load_roles = [
     {"name": "user", "scopes": ["self", f"access:services!service={service}"]},
-    {"name": f"{service}-service", "description": "The portal reads users to match them with its accounts",
-     "scopes": ["list:users", "read:users"], "services": [service]},
+    {"name": f"{service}-service", "description": "The portal reads users to match them with its accounts"
+     + (" and starts and stops their sessions' servers" if "servers" in service_scopes else ""),
+     "scopes": service_scopes, "services": [service]},
 ]

@@ -55,7 +55,8 @@ DEBUG = env_bool("DEBUG", not PRODUCTION)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", [] if PRODUCTION else ["127.0.0.1", "localhost", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
 if PRODUCTION:
-    # Production sits behind a TLS-terminating proxy that sets X-Forwarded-Proto (README "Production checklist").
+    # Production sits behind a TLS-terminating proxy that sets X-Forwarded-Proto (docs/deployment.md "Production
+    # checklist").
     # Plain-HTTP requests are redirected, and browsers are told to use HTTPS only (HSTS) from then on.
     SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", True)
     CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", True)
@@ -101,7 +102,12 @@ INSTALLED_APPS = [
     "portal.api",
     "portal.storage",
     "portal.hub",
+    "portal.sessions",
     "portal.notifications",
+    "portal.usage",
+    "portal.samples",
+    "portal.cloud",
+    "portal.dev",  # make run's demo data and the test cluster's registration (management commands only)
 ]
 
 MIDDLEWARE = [
@@ -144,9 +150,10 @@ DATABASES = {
     "default": dj_database_url.parse(
         env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'kakehashi.sqlite3'}"),
         # Seconds a connection is kept for the next request: production keeps each process's (a new one is a
-        # PostgreSQL backend forked and authenticated, its caches cold: a few ms of both cores per request, README
-        # "Centre scale", bench/pages.py and bench/throughput.py measure both); 0 opens one per request. A kept
-        # connection is checked before it is reused, so a restarted database costs a reconnect, not a 500.
+        # PostgreSQL backend forked and authenticated, its caches cold: a few ms of both cores per request,
+        # bench/README.md "Pages at 100,000 jobs"; bench/pages.py and bench/throughput.py measure both); 0 opens one
+        # per request. A kept connection is checked before it is reused, so a restarted database costs a reconnect,
+        # not a 500.
         conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 300 if PRODUCTION else 0),
         conn_health_checks=env_bool("DATABASE_CONN_HEALTH_CHECKS", True),
     )
@@ -251,6 +258,14 @@ if (KAKEHASHI_S3_ENDPOINT_URL or KAKEHASHI_S3_ACCESS_KEY_ID) and not KAKEHASHI_S
 # Upload parts (bytes; S3 allows 5 MiB to 5 GiB and 10,000 parts, so large files get larger parts) and how long
 # presigned URLs live; open uploads untouched this long are aborted by the beat task.
 KAKEHASHI_UPLOAD_PART_BYTES = env_int("KAKEHASHI_UPLOAD_PART_BYTES", 64 * 1024 * 1024)
+# The Data page's parts: small, so a closed tab or a dropped connection loses at most the few parts in flight
+# (4 at once) and a resumed upload keeps the rest; the whole file is still hashed once, alongside.
+# Each project's dataset cache on each cluster is pruned back under this (least recently used first, never what a
+# queued or running job was given) every KAKEHASHI_CACHE_PRUNE_INTERVAL seconds; a project's own limit (its
+# ClusterCache row, set by site admins) takes precedence.
+KAKEHASHI_CLUSTER_CACHE_BYTES = env_int("KAKEHASHI_CLUSTER_CACHE_BYTES", 200 * 1024**3)
+KAKEHASHI_CACHE_PRUNE_INTERVAL = env_int("KAKEHASHI_CACHE_PRUNE_INTERVAL", 3600)
+KAKEHASHI_BROWSER_UPLOAD_PART_BYTES = env_int("KAKEHASHI_BROWSER_UPLOAD_PART_BYTES", 8 * 1024 * 1024)
 KAKEHASHI_UPLOAD_URL_SECONDS = env_int("KAKEHASHI_UPLOAD_URL_SECONDS", 3600)
 KAKEHASHI_DOWNLOAD_URL_SECONDS = env_int("KAKEHASHI_DOWNLOAD_URL_SECONDS", 600)
 KAKEHASHI_UPLOAD_ABANDON_HOURS = env_int("KAKEHASHI_UPLOAD_ABANDON_HOURS", 24)
@@ -343,6 +358,26 @@ KAKEHASHI_ACCOUNTING_GRACE_SECONDS = env_int("KAKEHASHI_ACCOUNTING_GRACE_SECONDS
 # job running past its walltime is left alone (Batch's own timeout kills it within 30 s) before it is stopped.
 KAKEHASHI_CLOUD_RECONCILE_INTERVAL = env_int("KAKEHASHI_CLOUD_RECONCILE_INTERVAL", 60)
 KAKEHASHI_CLOUD_GRACE_SECONDS = env_int("KAKEHASHI_CLOUD_GRACE_SECONDS", 300)
+# Idle GPUs (docs/guide/idle-gpus.md). Every job's script starts a sampler on each node that records its GPUs
+# (nvidia-smi) and its processes' CPU and memory every this many seconds; 0 starts none. 30 s as Princeton's
+# Jobstats: under 0.1 % of a core (bench/sampler.py), fine enough for a rule that acts after an hour.
+KAKEHASHI_SAMPLE_SECONDS = env_int("KAKEHASHI_SAMPLE_SECONDS", 30)
+# The site's own rule, for projects that set none: idle below 5 % for 60 minutes, warnings at 60 and 105, told only
+# (a project admin may choose to cancel, within the bounds below).
+KAKEHASHI_IDLE_THRESHOLD_PERCENT = env_float("KAKEHASHI_IDLE_THRESHOLD_PERCENT", 5.0)
+KAKEHASHI_IDLE_WINDOW_SECONDS = env_int("KAKEHASHI_IDLE_WINDOW_SECONDS", 3600)
+KAKEHASHI_IDLE_WARN_AT_SECONDS = [int(v) for v in env_list("KAKEHASHI_IDLE_WARN_AT_SECONDS", ["3600", "6300"])]
+KAKEHASHI_IDLE_ACTION = env_str("KAKEHASHI_IDLE_ACTION", "tell")
+KAKEHASHI_IDLE_CANCEL_AFTER_SECONDS = env_int("KAKEHASHI_IDLE_CANCEL_AFTER_SECONDS", 7200)
+# Interactive sessions with a walltime under this many hours are left alone (0: none is): a short Lab session is
+# mostly a person thinking, and its walltime ends it anyway.
+KAKEHASHI_IDLE_EXEMPT_SESSIONS_UNDER_HOURS = env_float("KAKEHASHI_IDLE_EXEMPT_SESSIONS_UNDER_HOURS", 0.0)
+# The bounds within which project admins set their rule: a window no shorter (a job loading data looks idle for
+# minutes), a threshold no higher, a keep no longer, and whether cancelling is allowed at all.
+KAKEHASHI_IDLE_MIN_WINDOW_SECONDS = env_int("KAKEHASHI_IDLE_MIN_WINDOW_SECONDS", 1800)
+KAKEHASHI_IDLE_MAX_THRESHOLD_PERCENT = env_float("KAKEHASHI_IDLE_MAX_THRESHOLD_PERCENT", 25.0)
+KAKEHASHI_IDLE_MAX_KEEP_HOURS = env_int("KAKEHASHI_IDLE_MAX_KEEP_HOURS", 72)
+KAKEHASHI_IDLE_CANCEL_ALLOWED = env_bool("KAKEHASHI_IDLE_CANCEL_ALLOWED", True)
 # Where the built-in local backend keeps per-job working directories.
 KAKEHASHI_LOCAL_JOBS_DIR = env_str("KAKEHASHI_LOCAL_JOBS_DIR", str(VAR_DIR / "jobs"))
 # Bytes of a finished job's outputs/ copied into the portal's storage (the rest stays on the cluster, listed).
@@ -375,8 +410,8 @@ KAKEHASHI_API_RATE = env_str("KAKEHASHI_API_RATE", "600/min")
 # With an object store, uploads go straight to it and only the project's quota limits them.
 KAKEHASHI_MAX_UPLOAD_BYTES = env_int("KAKEHASHI_MAX_UPLOAD_BYTES", 1024 * 1024 * 1024)
 
-# JupyterHub (portal/hub; README "JupyterHub"): off unless KAKEHASHI_HUB_URL is set. The portal is a hub service:
-# hub users sign in through the hub's OAuth, and Lab servers call the API with their hub token.
+# JupyterHub (portal/hub; docs/deployment.md "JupyterHub"): off unless KAKEHASHI_HUB_URL is set. The portal is a
+# hub service: hub users sign in through the hub's OAuth, and Lab servers call the API with their hub token.
 KAKEHASHI_HUB_URL = env_url("KAKEHASHI_HUB_URL").rstrip("/")  # the hub as browsers see it
 KAKEHASHI_HUB_API_URL = env_url("KAKEHASHI_HUB_API_URL", f"{KAKEHASHI_HUB_URL}/hub/api" if KAKEHASHI_HUB_URL else "")
 KAKEHASHI_HUB_SERVICE_NAME = env_str("KAKEHASHI_HUB_SERVICE_NAME", "kakehashi")
@@ -385,6 +420,16 @@ KAKEHASHI_HUB_CLIENT_ID = env_str("KAKEHASHI_HUB_CLIENT_ID", f"service-{KAKEHASH
 KAKEHASHI_HUB_CLIENT_SECRET = env_str("KAKEHASHI_HUB_CLIENT_SECRET", KAKEHASHI_HUB_API_TOKEN)
 KAKEHASHI_HUB_CALLBACK_URL = env_url("KAKEHASHI_HUB_CALLBACK_URL")  # https://PORTAL/accounts/jupyterhub/login/callback/
 KAKEHASHI_HUB_TOKEN_CACHE_SECONDS = env_int("KAKEHASHI_HUB_TOKEN_CACHE_SECONDS", 60)
+# Where a session's server, on a compute node, reports its address (portal/sessions): blank = this portal's
+# KAKEHASHI_SITE_URL. Set it where compute nodes reach the portal by another name than browsers do.
+KAKEHASHI_SESSION_REPORT_URL = env_url("KAKEHASHI_SESSION_REPORT_URL").rstrip("/")
+# Sessions on clusters with the option `session_tunnel` are reached through an SSH tunnel through the login node,
+# held by `manage.py session_tunnels` (docs/decisions/0056): it listens on KAKEHASHI_SESSION_TUNNEL_BIND, on a port of
+# KAKEHASHI_SESSION_TUNNEL_PORTS ("first-last"; keep it below the ephemeral range, so a restarted process gets its ports
+# back), and the hub's proxy is routed to KAKEHASHI_SESSION_TUNNEL_HOST (that process's host as the hub reaches it).
+KAKEHASHI_SESSION_TUNNEL_HOST = env_str("KAKEHASHI_SESSION_TUNNEL_HOST", "127.0.0.1")
+KAKEHASHI_SESSION_TUNNEL_BIND = env_str("KAKEHASHI_SESSION_TUNNEL_BIND", "127.0.0.1")
+KAKEHASHI_SESSION_TUNNEL_PORTS = env_str("KAKEHASHI_SESSION_TUNNEL_PORTS", "20000-20999")
 if KAKEHASHI_HUB_URL and not (KAKEHASHI_HUB_CLIENT_SECRET and KAKEHASHI_HUB_CALLBACK_URL):
     raise ImproperlyConfigured(
         "KAKEHASHI_HUB_URL is set: also set KAKEHASHI_HUB_API_TOKEN (the service's token on the hub) and "
@@ -433,7 +478,7 @@ SPECTACULAR_SETTINGS = {
 }
 
 # Content-Security-Policy on every response (django-csp): scripts and styles only from our own static files,
-# no inline script or event handler anywhere (README "Content-Security-Policy"). Inline style attributes are
+# no inline script or event handler anywhere (docs/security.md "Content-Security-Policy"). Inline style attributes are
 # allowed (progress bars' widths); they cannot run code. Sign-in forms may also post to the configured identity
 # providers (added per response by portal.csp.CSPMiddleware, as is the object store for direct uploads).
 _SELF, _NONE = "'self'", "'none'"

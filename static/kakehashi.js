@@ -81,6 +81,14 @@ document.addEventListener("DOMContentLoaded", () => {
   });
 });
 
+// Sizes as everywhere in the portal (portal/storage/quota.py size_text): binary units, named as such.
+function sizeText(n) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i += 1; }
+  return i === 0 ? `${n} B` : `${n.toFixed(1)} ${units[i]}`;
+}
+
 // Upload progress on the Data page. htmx reports the upload's progress and then the answer's download under
 // the same event name: follow only the first run of events after the request starts, up to 100 %.
 let uploading = false;
@@ -92,7 +100,7 @@ document.addEventListener("htmx:xhr:progress", (event) => {
   const percent = Math.round((event.detail.loaded / event.detail.total) * 100);
   document.getElementById("upload-progress").hidden = false;
   document.getElementById("upload-bar").value = percent;
-  document.getElementById("upload-status").textContent = `${percent} % of ${Math.round(event.detail.total / 1024)} KiB sent`;
+  document.getElementById("upload-status").textContent = `${percent} % of ${sizeText(event.detail.total)} sent`;
   if (event.detail.loaded >= event.detail.total) uploading = false;
 });
 // A refused upload answers 400 with the form and its messages: show them (htmx leaves 4xx unswapped by default).
@@ -121,4 +129,43 @@ document.addEventListener("submit", (event) => {
 }, true);
 document.addEventListener("focusin", (event) => {
   if (event.target.matches && event.target.matches("[data-select-on-focus]")) event.target.select();
+});
+
+// The job form's choices follow the project: hardware the chosen project may not use and other projects'
+// datasets are hidden, and a choice made for another project is dropped (so Run is never refused for it).
+document.addEventListener("DOMContentLoaded", () => {
+  const form = document.getElementById("job-form");
+  if (!form) return;
+  const project = form.querySelector("[name=project]");
+  const hardware = form.querySelector("[name=hardware]");
+  const datasets = form.querySelector("[name=datasets]");
+  if (!project) return;
+  const follow = (initial) => {
+    const chosen = project.value;
+    if (hardware) {
+      let dropped = false;
+      for (const option of hardware.options) {
+        if (!option.value || option.dataset.projects === undefined || option.dataset.projects === "") continue;
+        const allowed = option.dataset.projects.split(" ").includes(chosen);
+        option.hidden = !allowed;
+        option.disabled = !allowed;
+        if (!allowed && option.selected) { option.selected = false; dropped = true; }
+      }
+      for (const group of hardware.querySelectorAll("optgroup")) {
+        group.hidden = !Array.from(group.children).some((option) => !option.hidden);
+      }
+      if (dropped && !initial) hardware.dispatchEvent(new Event("change", { bubbles: true }));
+    }
+    if (datasets) {
+      for (const option of datasets.options) {
+        const allowed = option.dataset.project === chosen;
+        option.hidden = !allowed;
+        option.disabled = !allowed;
+        if (!allowed) option.selected = false;
+      }
+    }
+  };
+  // Capture phase: the choices are fixed before htmx (listening on the form) asks for the preview.
+  project.addEventListener("change", () => follow(false), true);
+  follow(true);
 });

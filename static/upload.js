@@ -4,7 +4,11 @@
 // to the same path with the same size is handed back, which is how a reloaded page resumes), then Uppy's S3
 // multipart plugin sends the parts the store does not hold yet (or holds with other bytes than this file's), each
 // through a presigned PUT bound to the part's SHA-256, and the portal completes it with the whole file's SHA-256,
-// hashed meanwhile. Progress shows bytes, speed and time left.
+// hashed meanwhile. The page says what it is doing: hashing the first parts (nothing is sent before a part's
+// checksum is known), uploading (bytes, speed, time left, and how far the whole file's SHA-256 has got), verifying
+// (the portal completes the upload); and "resuming" only when parts of an earlier attempt were found and kept.
+// Parts are small (the form's data-part-bytes, asked of the portal at create), so an interrupted upload loses at
+// most the few parts in flight.
 (() => {
   "use strict";
   const form = document.getElementById("direct-upload");
@@ -17,6 +21,10 @@
   const list = document.getElementById("upload-list");
   const button = form.querySelector("button[type=submit]");
   const READ = 8 * 1024 * 1024;
+  const PART_BYTES = Number(form.dataset.partBytes) || 8 * 1024 * 1024;
+  const hashed = new Map(); // File -> bytes of it the whole-file SHA-256 has read
+  let sending = false; // a byte has reached the store in this batch
+  let completing = 0; // uploads whose completion (the portal's checks) is under way
   const partSizes = new WeakMap(); // File -> the part size the portal chose for its upload
   const sayers = new Map(); // Uppy file id -> its line's updater
   const digests = new Map(); // Uppy file id -> promise of the whole file's SHA-256 (hex)
@@ -69,13 +77,18 @@
     name.textContent = path;
     const state = document.createElement("span");
     state.className = "ms-2 upload-state";
-    item.append(name, state);
+    // What was found of an earlier attempt stays in view while the state beside it moves on.
+    const note = document.createElement("span");
+    note.className = "ms-2 upload-note text-body-secondary";
+    item.append(name, state, note);
     list.append(item);
-    return (text, kind) => {
+    const say = (text, kind) => {
       state.textContent = text;
       state.className = `ms-2 upload-state ${kind === "error" ? "text-danger" : kind === "done" ? "text-success" : "text-body-secondary"}`;
       item.dataset.state = kind || "";
     };
+    say.note = (text) => { note.textContent = `(${text})`; };
+    return say;
   }
 
   const uppy = new Uppy({ autoProceed: false, allowMultipleUploadBatches: true });
@@ -91,11 +104,24 @@
     listParts: async (file) => {
       const held = [];
       const partSize = partSizes.get(file.data);
-      for (const p of (await api("GET", file.meta.partsUrl)).parts) {
+      const say = sayers.get(file.id);
+      const inStore = (await api("GET", file.meta.partsUrl)).parts;
+      if (inStore.length) say(`checking the ${inStore.length} part(s) already in the store against this file`);
+      let kept = 0;
+      for (const p of inStore) {
         const start = (p.number - 1) * partSize;
         if (p.sha256 && p.sha256 === await sha256(file.data.slice(start, start + p.size), "base64")) {
           held.push({ PartNumber: p.number, Size: p.size, ETag: p.etag });
+          kept += p.size;
         }
+      }
+      const parts = Math.max(1, Math.ceil(file.size / partSize));
+      if (held.length) {
+        say("resuming");
+        say.note(`resuming: ${held.length} of ${parts} parts (${size(kept)}) kept from the earlier attempt`);
+      } else if (file.meta.resumed) {
+        say("uploading");
+        say.note("starting again: no part of the earlier attempt reached the store");
       }
       return held;
     },
@@ -105,12 +131,21 @@
       return { method: "PUT", url: signed.parts[0].url, headers: signed.parts[0].headers };
     },
     completeMultipartUpload: async (file, { parts }) => {
-      const stored = await api("POST", file.meta.completeUrl, {
-        sha256: await digests.get(file.id),
-        parts: parts.filter((p) => p.ETag).map((p) => ({ number: p.PartNumber, etag: p.ETag })),
-      });
-      if (stored.state === "verifying") verifying.add(file.id);
-      return { location: stored.download_url };
+      const say = sayers.get(file.id);
+      completing += 1;
+      try {
+        say("sent; finishing the whole file's SHA-256");
+        const digest = await digests.get(file.id);
+        say("verifying: the portal checks every part's size and checksum in the store");
+        const stored = await api("POST", file.meta.completeUrl, {
+          sha256: digest,
+          parts: parts.filter((p) => p.ETag).map((p) => ({ number: p.PartNumber, etag: p.ETag })),
+        });
+        if (stored.state === "verifying") verifying.add(file.id);
+        return { location: stored.download_url };
+      } finally {
+        completing -= 1;
+      }
     },
     abortMultipartUpload: async (file) => { await api("DELETE", file.meta.uploadUrl); },
   });
@@ -130,11 +165,27 @@
     const speed = now > t0 ? ((sum - b0) * 1000) / (now - t0) : 0;
     const percent = total ? Math.floor((100 * sum) / total) : 100;
     bar.value = percent;
+    let hashedSum = 0;
+    hashed.forEach((n) => { hashedSum += n; });
+    const hashing = hashedSum < total ? ` · whole-file SHA-256 ${Math.floor((100 * hashedSum) / total)} %` : "";
+    if (!sending) {
+      // Nothing has reached the store yet: each part is hashed before it is signed and sent.
+      status.textContent = `Hashing the first parts before sending them${hashing}…`;
+      return;
+    }
+    if (sum >= total && completing) {
+      status.textContent = `Verifying: all ${size(total)} sent; the portal checks the parts in the store…`;
+      return;
+    }
     const left = speed > 0 ? `, ${duration((total - sum) / speed)} left` : "";
-    status.textContent = `${percent} % of ${size(total)} · ${size(speed)}/s${left}`;
+    status.textContent = `${percent} % of ${size(total)} · ${size(speed)}/s${left}${hashing}`;
   }
   uppy.on("upload-progress", (file, progress) => {
     done.set(file.id, progress.bytesUploaded);
+    if (progress.bytesUploaded > 0 && !sending) {
+      sending = true;
+      if (!file.meta.resumed) sayers.get(file.id)("uploading");
+    }
     showProgress();
   });
   uppy.on("upload-success", (file) => {
@@ -174,6 +225,8 @@
     sayers.clear();
     digests.clear();
     total = 0;
+    sending = false;
+    hashed.clear();
     done.clear();
     samples = [];
     bar.value = 0;
@@ -183,21 +236,23 @@
       const say = line(path);
       try {
         const upload = await api("POST", `/api/v1/projects/${encodeURIComponent(project)}/uploads/`,
-          { path, size: file.size, overwrite });
+          { path, size: file.size, overwrite, part_size: PART_BYTES });
         if (upload.state === "completed") { say("uploaded", "done"); continue; }
         partSizes.set(file, upload.part_size);
         const id = uppy.addFile({
           name: path, type: file.type, data: file, source: "data-page",
           meta: { uploadUrl: upload.parts_url.replace(/parts\/$/, ""), partsUrl: upload.parts_url,
-                  completeUrl: upload.complete_url },
+                  completeUrl: upload.complete_url, resumed: upload.resumed },
         });
         uppy.setFileState(id, { s3Multipart: { uploadId: upload.id, key: upload.path } });
         sayers.set(id, say);
-        hashing = hashing.catch(() => null).then(() => sha256(file, "hex"));
+        hashed.set(file, 0);
+        hashing = hashing.catch(() => null).then(() => sha256(file, "hex", (n) => { hashed.set(file, n); }));
         digests.set(id, hashing);
         total += file.size;
         ready += 1;
-        say(upload.resumed ? "resuming where it stopped" : "uploading");
+        // "Resuming" is said only once the parts in the store have been checked and some were kept (listParts).
+        say(upload.resumed ? "looking for the parts of the earlier attempt" : "hashing its first parts");
       } catch (error) {
         say(error.message, "error");
       }

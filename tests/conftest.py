@@ -21,6 +21,114 @@ CLUSTER_DIR = Path(os.environ.get("KAKEHASHI_CLUSTER_DIR", "/var/tmp/kakehashi-c
 PORTS = {"slurm": 2222, "pbs": 2223, "sge-site": 2224, "sge": 2225, "slurm-slow": 2226}
 
 
+# ------------------------------------------------------------------------------------------------ pytest-xdist
+# `make test` runs the suite on several xdist workers (docs/decisions/0047). Each worker is a run of its own
+# (tests/settings.py: database, queue, cache prefix, S3 server, directories); these rules keep together the tests that
+# share something costly or stateful, so it is set up once and never seen half-used by two workers:
+# - the tests of one module that use a module-scoped fixture (a `make run` stack, jobs submitted for the module);
+# - the tests that use one of SHARED_SESSION_FIXTURES (one JupyterHub per run, not one per worker).
+# `--dist loadgroup` sends each group whole to one worker; any other test goes wherever a worker is free.
+SHARED_SESSION_FIXTURES = {"hub": "hub"}
+
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    for name in info.names_closure:
+        if name in SHARED_SESSION_FIXTURES:
+            return SHARED_SESSION_FIXTURES[name]
+    for name in info.names_closure:
+        for fixturedef in info.name2fixturedefs.get(name, ()):
+            # The suite's own fixtures (a plugin's have no baseid: pytest-django's class-scoped autouse one is cheap).
+            if fixturedef.baseid and fixturedef.scope in ("module", "package", "class"):
+                return item.nodeid.split("::")[0]
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    # Under xdist the workers collect (the controller only schedules); a worker's own numprocesses is None.
+    workers = int(getattr(config, "workerinput", {}).get("workercount") or 0)
+    if not workers:
+        return
+    for item in items:
+        group = _xdist_group(item)
+        if group and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(group))
+    # pytest-timeout's bound is a guard against a hung test, set for one process with the cores to itself: with
+    # more workers than cores, or a machine already busy, a CPU-bound test gets a smaller share of a core, so the
+    # guard grows by that much (four times at most).
+    cores = os.cpu_count() or 1
+    share = min(4.0, max(1.0, workers / cores, os.getloadavg()[0] / cores))
+    for item in items:
+        marker = item.get_closest_marker("timeout")
+        seconds = marker.args[0] if marker and marker.args else float(config.getini("timeout") or 0)
+        if seconds:
+            item.add_marker(pytest.mark.timeout(seconds * share))
+    # Workers take tests in collection order: a file of CPU-bound tests (the hostile-input walks render hundreds of
+    # previews) would keep every worker busy on two cores at once while none waits on a scheduler. Each module's
+    # tests are spread evenly over the whole run instead (its own order kept): a module of 150 tests and one of 3
+    # both run from the start to the end, mixing the waiting tests with the computing ones.
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+    spread = [((index + 0.5) / len(tests), order, item)
+              for order, tests in enumerate(modules.values()) for index, item in enumerate(tests)]
+    items[:] = [item for _, _, item in sorted(spread, key=lambda entry: entry[:2])]
+
+
+def _template_database() -> str:
+    """The name of this run's migrated template database, migrated by the first xdist worker that asks (under a file
+    lock) while the others wait: each worker's test database is then a copy of it (CREATE DATABASE … TEMPLATE, about
+    a second) instead of four migrations at once on two cores. The controller drops it at the end."""
+    import fcntl
+
+    import psycopg
+
+    db = settings.DATABASES["default"]
+    base = os.environ["KAKEHASHI_TEST_RUN"].removesuffix(os.environ["PYTEST_XDIST_WORKER"])
+    template = f"test_kakehashi_{base}_template"
+    dsn = {"host": db["HOST"] or "127.0.0.1", "port": db["PORT"] or 5432, "user": db["USER"] or "postgres",
+           "password": db["PASSWORD"] or None, "dbname": "postgres", "autocommit": True}
+    with open(f"/tmp/kakehashi-test-{base}-template.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with psycopg.connect(**dsn) as conn:
+            if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [template]).fetchone():
+                return template
+            building = f"{template}_building"
+            conn.execute(f'DROP DATABASE IF EXISTS "{building}"')
+            conn.execute(f'CREATE DATABASE "{building}"')
+            url = f"postgres://{dsn['user']}@{dsn['host']}:{dsn['port']}/{building}"
+            subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, check=True,
+                           env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "DATABASE_URL": url})
+            conn.execute(f'ALTER DATABASE "{building}" RENAME TO "{template}"')  # there only once migrated
+    return template
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
+    """Under xdist, each worker's test database is copied from the run's migrated template (_template_database)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        settings.DATABASES["default"].setdefault("TEST", {})["TEMPLATE"] = _template_database()
+
+
+def pytest_unconfigure(config):
+    """The controller of an xdist run drops the template its workers copied their databases from."""
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        return
+    import psycopg
+
+    db = settings.DATABASES["default"]
+    template = f"test_kakehashi_{os.environ['KAKEHASHI_TEST_RUN']}_template"
+    try:
+        with psycopg.connect(host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, user=db["USER"] or "postgres",
+                             password=db["PASSWORD"] or None, dbname="postgres", autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)')
+    except psycopg.Error:
+        pass
+    Path(f"/tmp/kakehashi-test-{os.environ['KAKEHASHI_TEST_RUN']}-template.lock").unlink(missing_ok=True)
+
+
 def _port_open(port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.5)
@@ -31,7 +139,13 @@ def _port_open(port: int) -> bool:
 def test_cluster() -> Path:
     """The harness is up (started here if `make cluster-up` was not run)."""
     if not all(_port_open(p) for p in PORTS.values()):
-        subprocess.run([str(ROOT / "tests/cluster/up.sh")], check=True)
+        # One starter at a time (xdist workers ask together); up.sh is idempotent for the ones after.
+        import fcntl
+
+        with open("/tmp/kakehashi-cluster-up.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not all(_port_open(p) for p in PORTS.values()):
+                subprocess.run([str(ROOT / "tests/cluster/up.sh")], check=True)
     return CLUSTER_DIR
 
 
@@ -118,7 +232,7 @@ def aws_site(local_site, aws_settings, cloud_bucket):
     from portal.budgets.models import UnitConversion
     from portal.catalog.models import CloudPrice, HardwareType, Software
     from portal.catalog.prices import apply_prices
-    from portal.clusters.cloud import set_up
+    from portal.cloud.setup import set_up
     from portal.clusters.models import Allocation, CloudCredential, Cluster
 
     store, _ = cloud_bucket
@@ -162,17 +276,22 @@ def worker_log_path() -> Path:
     return path
 
 
-def start_worker(name: str, queue: str, log_path: Path, **env_overrides: str) -> subprocess.Popen:
-    """A real `celery worker -B` process (its own session, so a test can kill it whole) on the test database."""
+def portal_process_env(**env_overrides: str) -> dict[str, str]:
+    """The environment of a portal process a test starts (a worker, the tunnel process): the test settings on the
+    test database."""
     db = connection.settings_dict
-    env = {
+    return {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "tests.settings",
         "DATABASE_URL": f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
-        "CELERY_TASK_DEFAULT_QUEUE": queue,
         "PYTHONUNBUFFERED": "1",
         **env_overrides,
     }
+
+
+def start_worker(name: str, queue: str, log_path: Path, **env_overrides: str) -> subprocess.Popen:
+    """A real `celery worker -B` process (its own session, so a test can kill it whole) on the test database."""
+    env = portal_process_env(CELERY_TASK_DEFAULT_QUEUE=queue, **env_overrides)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     start = log_path.stat().st_size if log_path.exists() else 0
     with open(log_path, "ab") as log:
@@ -209,6 +328,22 @@ def stop_worker(proc: subprocess.Popen) -> None:
 
 
 _LIVE_WORKER: dict[str, subprocess.Popen] = {}
+# Settings the shared live worker is started with beyond the test settings: a test that changes a setting the
+# worker reads (the sessions hub's address) tells it through live_worker_knows; it keeps them for later tests.
+_LIVE_WORKER_ENV: dict[str, str] = {}
+
+
+def live_worker_knows(**env: str) -> None:
+    """Have the shared live worker run with these environment settings from now on (restarted at once if one runs
+    without them: the worker reads Django's settings from its environment, not from this process)."""
+    if all(_LIVE_WORKER_ENV.get(name) == value for name, value in env.items()):
+        return
+    _LIVE_WORKER_ENV.update(env)
+    proc = _LIVE_WORKER.pop("proc", None)
+    if proc is not None and proc.poll() is None:
+        stop_worker(proc)
+        _LIVE_WORKER["proc"] = start_worker("test", settings.CELERY_TASK_DEFAULT_QUEUE, Path(settings.VAR_DIR) /
+                                            "worker.log", **_LIVE_WORKER_ENV)
 
 
 @pytest.fixture(scope="session")
@@ -227,7 +362,8 @@ def live_worker(django_db_setup, django_db_blocker, worker_log_path, _live_worke
     database with it asks for `no_live_worker`; the next test that wants one starts it again."""
     proc = _LIVE_WORKER.get("proc")
     if proc is None or proc.poll() is not None:
-        proc = _LIVE_WORKER["proc"] = start_worker("test", settings.CELERY_TASK_DEFAULT_QUEUE, worker_log_path)
+        proc = _LIVE_WORKER["proc"] = start_worker("test", settings.CELERY_TASK_DEFAULT_QUEUE, worker_log_path,
+                                                   **_LIVE_WORKER_ENV)
     return proc
 
 
@@ -239,6 +375,29 @@ def no_live_worker():
     proc = _LIVE_WORKER.pop("proc", None)
     if proc is not None:
         stop_worker(proc)
+
+
+@pytest.fixture
+def eager():
+    """Tasks run in this process, right where they are enqueued (after the commit, for those enqueued on commit),
+    and the locmem outbox starts empty: what a worker would do, seen by the test."""
+    from celery import current_app
+    from django.core import mail
+
+    before = current_app.conf.task_always_eager
+    current_app.conf.task_always_eager = True
+    mail.outbox.clear()
+    yield
+    current_app.conf.task_always_eager = before
+
+
+def listening(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something accepts connections on host:port now."""
+    try:
+        socket.create_connection((host, port), timeout=2).close()
+    except OSError:
+        return False
+    return True
 
 
 def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2, message: str = "condition"):
@@ -317,8 +476,8 @@ def local_site(make_user, tmp_path, settings):
 @pytest.fixture(scope="session")
 def cluster_keys(request):
     """One key pair per researcher for the whole run, installed once on the test cluster's login nodes."""
-    from portal.accounts.loopback import install_public_key
     from portal.clusters.actions import generate_key_pair
+    from portal.dev.loopback import install_public_key
 
     request.getfixturevalue("test_cluster")
     keys = {}
@@ -333,8 +492,8 @@ def cluster_keys(request):
 def hpc_site(local_site, cluster_keys, test_cluster, make_user):
     """local_site plus the loopback clusters registered, allocated to project "vision" as group kkdemo, and
     alice's (and bob's) accounts linked with this run's keys."""
-    from portal.accounts.loopback import register_clusters
     from portal.clusters.models import ClusterAccount
+    from portal.dev.loopback import register_clusters
     from portal.projects.models import Membership, Role
 
     clusters = register_clusters(test_cluster, local_site.project)

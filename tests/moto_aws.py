@@ -99,6 +99,18 @@ class MotoAWS:
         for attempt in job.attempts[-1:]:
             attempt["container"]["exitCode"] = exit_code
 
+    def stopped(self, job_id: str) -> None:
+        """What AWS does once cancel_job or terminate_job has reached a running job: FAILED, with the reason the
+        caller gave as its statusReason and the killed container's 137 (moto records the call but leaves a job held
+        in RUNNING as it is)."""
+        from moto.batch.models import batch_backends
+
+        job = batch_backends[ACCOUNT][self.region].get_job_by_id(job_id)
+        assert job.stop, "nobody asked AWS to stop this job"
+        job.status, job.job_stopped, job.exit_code = "FAILED", True, 137
+        for attempt in job.attempts[-1:]:
+            attempt["container"]["exitCode"] = 137
+
     def write_log(self, job_id: str, lines: list[str]) -> str:
         """What Batch's awslogs driver does for a container: a stream in /aws/batch/job named
         <definition>/default/<task>, its lines as events, and the stream's name on the job. The group, stream and

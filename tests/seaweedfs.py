@@ -8,6 +8,7 @@ meet, and its data lives in a throwaway directory (SeaweedFS keeps deleted data 
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -18,11 +19,41 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+_GIVEN: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A free loopback port below the kernel's ephemeral range. A port from bind(0) is an ephemeral one: any outgoing
+    connection (to PostgreSQL, Redis, sshd) may take it between the moment it is picked and the moment the server
+    binds it, which happens when several runs or xdist workers start their servers together."""
+    low = _ephemeral_low()
+    start = max(1024, low - 17000)
+    # Each xdist worker of a run draws from its own slice: two workers starting their servers at once never pick one
+    # port (tests/settings.py gives each worker its own S3 server, hub, providers).
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    if worker[2:].isdigit() and count > 1:
+        width = (low - start) // count
+        start += int(worker[2:]) % count * width
+        low = start + width
+    for _ in range(200):
+        port = random.randrange(start, low)
+        if port in _GIVEN:  # handed out already and maybe not bound yet (a server takes several at once)
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _GIVEN.add(port)
+        return port
+    raise RuntimeError("no free loopback port below the ephemeral range")
 
 
 def weed_binary() -> str:
@@ -65,10 +96,15 @@ class SeaweedFS:
                 raise RuntimeError(f"SeaweedFS exited at start; see {self.directory / 'weed.log'}")
             try:
                 urllib.request.urlopen(self.endpoint + "/", timeout=1)  # noqa: S310 - loopback
-                return self
-            except urllib.error.HTTPError:
-                return self  # it answers (403 to an unsigned request): ready
+            except urllib.error.HTTPError as answer:
+                # It answers (403 to an unsigned request): ready, if it is this server's S3 and not another process
+                # that holds the port (this one then exits: "address already in use").
+                if b"<Error>" in answer.read() and self.process.poll() is None:
+                    return self
+                time.sleep(0.1)
             except OSError:
+                time.sleep(0.1)
+            else:
                 time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"SeaweedFS did not answer on {self.endpoint} within {timeout:.0f} s")

@@ -12,8 +12,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 # Every task's base: tasks that carry work wait out a database outage (workers/database_outage.py).
 app = Celery("kakehashi", task_cls="workers.database_outage:RetriesWhileTheDatabaseIsAway")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["portal.jobs", "portal.usage", "portal.clusters", "portal.storage",
-                        "portal.notifications"])
+app.autodiscover_tasks(["portal.jobs", "portal.usage", "portal.cloud", "portal.clusters", "portal.storage",
+                        "portal.notifications", "portal.samples", "portal.sessions"])
 
 
 @task_prerun.connect
@@ -48,8 +48,12 @@ def _schedule(sender: Celery, **_: object) -> None:
             "schedule": float(settings.KAKEHASHI_BUDGET_INTERVAL),
         },
         "reconcile-cloud": {
-            "task": "portal.usage.tasks.reconcile_cloud_task",
+            "task": "portal.cloud.tasks.reconcile_cloud_task",
             "schedule": float(settings.KAKEHASHI_CLOUD_RECONCILE_INTERVAL),
+        },
+        "prune-data-caches": {
+            "task": "portal.storage.tasks.prune_caches_task",
+            "schedule": float(settings.KAKEHASHI_CACHE_PRUNE_INTERVAL),
         },
         "abort-abandoned-uploads": {
             "task": "portal.storage.tasks.abort_abandoned_uploads_task",
@@ -58,6 +62,16 @@ def _schedule(sender: Celery, **_: object) -> None:
         "cluster-health": {
             "task": "portal.clusters.tasks.collect_cluster_health_task",
             "schedule": float(settings.KAKEHASHI_HEALTH_INTERVAL),
+        },
+        # What every job's GPUs do: read at the sampler's pace (reading faster finds nothing new).
+        "watch-all-clusters": {
+            "task": "portal.samples.tasks.watch_all_clusters_task",
+            "schedule": float(max(settings.KAKEHASHI_SAMPLE_SECONDS, settings.KAKEHASHI_TRACK_INTERVAL, 1)),
+        },
+        # Daily: each person is told at most once a week (portal/samples/digest.py).
+        "weekly-gpu-digest": {
+            "task": "portal.samples.tasks.send_weekly_digests_task",
+            "schedule": 86400.0,
         },
         "remind-forgotten-jobs": {
             "task": "portal.usage.tasks.remind_forgotten_jobs_task",

@@ -25,7 +25,8 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from portal import unavailable
-from portal.jobs.actions import BudgetRefused, CancelError, SubmitError
+from portal.jobs.actions.cancel import CancelError
+from portal.jobs.actions.validation import BudgetRefused, SubmitError
 from portal.storage.actions import StorageError
 
 log = logging.getLogger(__name__)

@@ -17,18 +17,19 @@ from portal.api.errors import ApiError
 from portal.api.schema import BAD_INPUT, COMMON_ERRORS, NOT_FOUND
 from portal.api.serializers import PlaceSerializer
 from portal.catalog import places
-from portal.jobs.actions import parse_walltime
+from portal.jobs.actions.validation import parse_walltime
 
 MAX_HOURS = Decimal(24 * 366)
 
 
-def places_answer(project, shape: places.Shape) -> dict:
-    return {"shape": shape.label, "places": PlaceSerializer(places.places_for(project, shape), many=True).data}
+def places_answer(project, shape: places.Shape, user=None) -> dict:
+    return {"shape": shape.label, "places": PlaceSerializer(places.places_for(project, shape, user), many=True).data}
 
 
 class PlacesAnswerSerializer(serializers.Serializer):
     shape = serializers.CharField(help_text='the shape compared, e.g. "8×A100, 2 h"')
-    places = PlaceSerializer(many=True, help_text="cheapest first (in the reporting unit)")
+    places = PlaceSerializer(many=True, help_text="where the caller can run first, each part cheapest first (in the "
+                                                  "reporting unit)")
 
 
 def _gpus(raw: str) -> tuple[int, str]:
@@ -83,4 +84,4 @@ class PlacesView(ApiView):
                                  nodes=query_int(request, "nodes", 1, minimum=1))
         except places.BadShape as exc:
             raise ApiError(str(exc), field=exc.field) from None
-        return Response(places_answer(project, shape))
+        return Response(places_answer(project, shape, request.user))

@@ -13,7 +13,7 @@ from rest_framework import status
 from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
 
-from portal.api import queries
+from portal.api import file_views, queries
 from portal.api.base import PROJECT_PARAM, SLUG_PARAM, ApiView, ListView, query_int
 from portal.api.errors import NotFound
 from portal.api.models import ApiToken, Scope
@@ -36,6 +36,7 @@ from portal.budgets.queries import budget_of
 from portal.catalog.queries import price_per_node_hour
 from portal.storage import actions as storage
 from portal.storage import datasets
+from portal.storage import queries as storage_queries
 from portal.storage.queries import visible_files
 
 # ----------------------------------------------------------------------------------------------- catalog
@@ -209,7 +210,7 @@ class DatasetListCreateView(ListView):
 
     def get_queryset(self):
         project = queries.project_or_404(self.request.user, self.kwargs["slug"])
-        return datasets.visible_datasets(self.request.user, project)
+        return storage_queries.visible_datasets(self.request.user, project)
 
     @extend_schema(parameters=[SLUG_PARAM], responses={200: DatasetSerializer(many=True), **COMMON_ERRORS, **NOT_FOUND},
                    summary="A project's datasets (what jobs attach by name)")
@@ -237,11 +238,21 @@ class DatasetListCreateView(ListView):
 
 
 class DatasetDetailView(ApiView):
+    required_scopes = {"DELETE": Scope.SUBMIT, "PATCH": Scope.SUBMIT}
+
+    @file_views.DATASET_DELETE_SCHEMA
+    def delete(self, request, slug: str, name: str):
+        return file_views.dataset_delete(request, slug, name)
+
+    @file_views.DATASET_RENAME_SCHEMA
+    def patch(self, request, slug: str, name: str):
+        return file_views.dataset_rename(request, slug, name)
+
     @extend_schema(parameters=[SLUG_PARAM], responses={200: DatasetSerializer, **COMMON_ERRORS, **NOT_FOUND},
                    summary="One dataset, by name (a registered path's check result included)")
     def get(self, request, slug: str, name: str):
         project = queries.project_or_404(request.user, slug)
-        dataset = datasets.visible_datasets(request.user, project).filter(name=name).first()
+        dataset = storage_queries.visible_datasets(request.user, project).filter(name=name).first()
         if dataset is None:
             raise NotFound(f"dataset {name!r} not found in project {project.slug}")
         return Response(DatasetSerializer(dataset, context={"request": request}).data)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import OuterRef, Q, QuerySet, Subquery
+from django.db.models import F, OuterRef, Q, QuerySet, Subquery
 from django.urls import reverse
 
 from portal.api.errors import NotFound
@@ -17,9 +17,11 @@ from portal.budgets.actions import Money
 from portal.catalog import queries as catalog
 from portal.catalog.models import HardwareType, Software
 from portal.clusters.models import Allocation, Cluster
-from portal.jobs.actions import SweepSubmission
+from portal.clusters.queries import visible_clusters  # noqa: F401  (the API's views ask it here)
+from portal.compiled import CompiledRead
+from portal.jobs.actions.sweeps import SweepSubmission
 from portal.jobs.models import Job, JobGroup
-from portal.jobs.queries import sweep_totals, visible_jobs
+from portal.jobs.queries import job_for, sweep_for, sweep_totals
 from portal.projects import access
 from portal.projects.models import Membership, Project
 from portal.storage.models import StoredFile
@@ -40,13 +42,6 @@ def project_or_404(user, slug: str, *, field: str | None = None) -> Project:
     return project
 
 
-def visible_clusters(user) -> QuerySet[Cluster]:
-    """Clusters where one of the caller's projects has an allocation."""
-    if getattr(user, "is_staff", False):
-        return Cluster.objects.all()
-    allocated = Allocation.objects.filter(project__in=access.visible_projects(user)).values("cluster_id")
-    return Cluster.objects.filter(pk__in=allocated)
-
 
 def usable_hardware(user, project: Project | None = None) -> QuerySet[HardwareType]:
     """Enabled hardware the caller's projects (or one of them) may use: what the hardware picker offers."""
@@ -59,9 +54,22 @@ def usable_software(user, project: Project | None = None) -> QuerySet[Software]:
     return catalog.software_for_projects(projects).prefetch_related("clusters").order_by("slug")
 
 
+# Every submit naming its hardware reads one of these: compiled once per process (docs/decisions/0054). The same
+# statements as HardwareType.objects.filter(slug=slug, cluster__in=visible_clusters(user)).select_related("cluster").
+_STAFF_HARDWARE = CompiledRead(lambda slug: HardwareType.objects.filter(slug=slug).select_related("cluster"), slug=str)
+_HARDWARE = CompiledRead(lambda slug, user: HardwareType.objects.filter(slug=slug, cluster__in=Cluster.objects.filter(
+    pk__in=Allocation.objects.filter(project__in=Project.objects.filter(memberships__user_id=user)).values("cluster_id")))
+    .select_related("cluster"), slug=str, user=int)
+
+
 def hardware_or_404(user, slug: str) -> HardwareType:
     """Hardware on a cluster of the caller's projects, enabled or not: submit_job explains why it cannot be used."""
-    hardware = HardwareType.objects.filter(slug=slug, cluster__in=visible_clusters(user)).select_related("cluster").first()
+    if "\x00" in slug:  # PostgreSQL refuses a NUL in text (a 500): no slug has one
+        hardware = None
+    elif getattr(user, "is_staff", False):
+        hardware = _STAFF_HARDWARE.first(slug=slug)
+    else:
+        hardware = _HARDWARE.first(slug=slug, user=user.pk)
     if hardware is None:
         raise NotFound(f"hardware {slug!r} not found on the clusters of your projects (see GET /api/v1/hardware/)",
                        field="hardware")
@@ -82,7 +90,7 @@ def software_or_404(user, slug: str) -> Software:
 
 
 def job_or_404(user, pk: int) -> Job:
-    job = visible_jobs(user).filter(pk=pk).first()
+    job = job_for(user, pk)
     if job is None:
         raise NotFound(f"job {pk} not found (or not in a project you can see)")
     return job
@@ -90,7 +98,7 @@ def job_or_404(user, pk: int) -> Job:
 
 def sweep_or_404(user, pk: int) -> JobGroup:
     """A sweep of a project the user can see."""
-    group = JobGroup.objects.filter(pk=pk, project__in=access.visible_projects(user)).first()
+    group = sweep_for(user, pk)
     if group is None:
         raise NotFound(f"sweep {pk} not found (or not in a project you can see)")
     return group
@@ -128,7 +136,9 @@ def sweep_page(request, group: JobGroup, *, created: bool = False) -> SweepPage:
     jobs = group.jobs.all()
     totals = sweep_totals(jobs)
     page = page_of(request, jobs.select_related("project", "user", "cluster", "hardware", "software")
-                   .prefetch_related("artifacts", "datasets").order_by("array_index", "pk"),
+                   .prefetch_related("artifacts", "datasets")
+                   .annotate(gpu_state=F("samples__state"), gpu_summary=F("samples__summary"))
+                   .order_by("array_index", "pk"),
                    path=reverse("api-sweep-detail", args=[group.pk]), default_limit=SWEEP_PAGE)
     # Whichever page this is, the sweep's script is its first job's (an array element's is the array's).
     first = jobs.order_by("array_index", "pk").values_list("own_script", flat=True).first()

@@ -17,10 +17,12 @@ from rest_framework import serializers
 from portal.api.parsers import unstorable_text
 from portal.budgets.actions import Money
 from portal.budgets.display import amount_text
-from portal.jobs.actions import format_walltime
+from portal.jobs.actions.validation import format_walltime
+from portal.jobs.causes import Cause
 from portal.jobs.models import Job, JobState
 from portal.jobs.specs import attached_datasets
 from portal.projects.models import Role
+from portal.samples.models import JobSamples
 from portal.storage.models import DatasetKind, DatasetState, FileState
 
 # ------------------------------------------------------------------------------------------------- common
@@ -230,6 +232,40 @@ class JobSubmitSerializer(serializers.Serializer):
                                        help_text="render the script and estimate the cost; record and reserve nothing")
 
 
+class BatchJobSubmitSerializer(JobSubmitSerializer):
+    """One job of a bulk submit: a submit's body without dry_run (a batch is recorded, or refused whole)."""
+
+    dry_run = None
+
+
+class BatchSubmitSerializer(serializers.Serializer):
+    jobs = BatchJobSubmitSerializer(many=True, allow_empty=False, max_length=500,
+                                    help_text="the jobs, each as POST jobs/ takes one; at most 500")
+
+
+class BatchJobSerializer(serializers.Serializer):
+    """A job a bulk submit recorded: what a script needs to follow it (GET jobs/{id}/ has the rest)."""
+
+    id = serializers.IntegerField()
+    uuid = serializers.UUIDField()
+    name = serializers.CharField()
+    project = serializers.SlugField(source="project.slug")
+    cluster = serializers.SlugField(source="cluster.slug")
+    hardware = serializers.SlugField(source="hardware.slug", allow_null=True)
+    state = serializers.ChoiceField(choices=JobState.choices)
+    estimate = MoneyField(allow_null=True)
+    url = serializers.SerializerMethodField(help_text="the job in the API")
+
+    def get_url(self, job: Job) -> str:
+        return absolute_url(self.context, "api-job-detail", job.pk)
+
+
+class BatchSubmissionSerializer(serializers.Serializer):
+    created = serializers.BooleanField(help_text="false when an Idempotency-Key replayed an earlier batch")
+    jobs = BatchJobSerializer(many=True, help_text="in the order they were sent")
+    warnings = serializers.ListField(child=serializers.CharField())
+
+
 class ArtifactSerializer(serializers.Serializer):
     path = serializers.CharField(help_text="relative to the job's outputs/ directory")
     size = serializers.IntegerField()
@@ -273,6 +309,9 @@ class JobSerializer(serializers.Serializer):
     elapsed_seconds = serializers.IntegerField(allow_null=True)
     cancel_requested_at = serializers.DateTimeField(allow_null=True)
     cancel_reason = serializers.CharField(allow_blank=True, help_text="who or what asked for the cancel, and why")
+    cancel_cause = serializers.CharField(
+        allow_blank=True, help_text="which cancel it was: cancelled_by_owner, cancelled_by_admin, cancelled_by_budget, "
+                                    "reconciler (\"\" if none was asked); the whole history: jobs/{id}/events/")
     estimate = MoneyField(allow_null=True)
     cost = MoneyField(allow_null=True)
     script = serializers.CharField(source="rendered_script", help_text="the exact job script handed to the scheduler")
@@ -291,6 +330,37 @@ class JobSerializer(serializers.Serializer):
         help_text="what of outputs/ did not come back, and why (\"3 files not collected: names with control "
                   "characters\", \"only the first 10000 files were collected\"); empty when all of it did")
     url = serializers.SerializerMethodField(help_text="the job's page in the portal")
+    gpu_state = serializers.SerializerMethodField(
+        help_text="what the idle-GPU rule finds: busy, idle, partly_idle, unknown (no samples yet, or none it can "
+                  "trust) or exempt; null before its first samples are fetched (docs/guide/idle-gpus.md)")
+    gpu_hours_used = serializers.SerializerMethodField(help_text="GPU-hours used, utilisation-weighted, so far")
+    gpu_hours_idle = serializers.SerializerMethodField(help_text="GPU-hours sampled below the rule's threshold")
+    gpu_efficiency = serializers.SerializerMethodField(help_text="GPU-hours used / GPU-hours reserved (0 to 1)")
+
+    def _gpu(self, job: Job) -> tuple[str | None, dict]:
+        # From the list's annotation (one statement for the page), else the job's samples row.
+        if hasattr(job, "gpu_state"):
+            return job.gpu_state, job.gpu_summary or {}
+        if job.pk is None or job.started_at is None:
+            return None, {}  # a job that never started has no samples: a submit's answer asks nothing more
+        samples = JobSamples.objects.filter(job_id=job.pk).only("state", "summary").first()
+        return (samples.state, samples.summary or {}) if samples else (None, {})
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_gpu_state(self, job: Job) -> str | None:
+        return self._gpu(job)[0]
+
+    @extend_schema_field(serializers.FloatField(allow_null=True))
+    def get_gpu_hours_used(self, job: Job) -> float | None:
+        return self._gpu(job)[1].get("gpu_hours_used")
+
+    @extend_schema_field(serializers.FloatField(allow_null=True))
+    def get_gpu_hours_idle(self, job: Job) -> float | None:
+        return self._gpu(job)[1].get("gpu_hours_idle")
+
+    @extend_schema_field(serializers.FloatField(allow_null=True))
+    def get_gpu_efficiency(self, job: Job) -> float | None:
+        return self._gpu(job)[1].get("efficiency")
 
     @extend_schema_field(serializers.ChoiceField(choices=JOB_STATES))
     def get_state(self, job: Job) -> str:
@@ -361,6 +431,8 @@ class PlaceSerializer(serializers.Serializer):  # a catalog.places.Place
     checked_at = serializers.DateTimeField(source="health.checked_at", allow_null=True,
                                            help_text="when the cluster was last asked")
     busy = serializers.CharField(help_text="how busy it is, in words")
+    missing = serializers.CharField(help_text="what the caller lacks to run here (a linked cluster account); empty "
+                                              "when they can")
 
 
 class SweepSerializer(serializers.Serializer):
@@ -425,6 +497,24 @@ class SubmissionSerializer(JobSerializer):
     @extend_schema_field(PlaceSerializer(many=True, allow_null=True))
     def get_places(self, job: Job) -> list[dict[str, Any]] | None:
         return self.context.get("places")
+
+
+class JobEventSerializer(serializers.Serializer):
+    at = serializers.DateTimeField()
+    cause = serializers.ChoiceField(choices=Cause.choices, help_text="why it happened: what scripts switch on "
+                                                                     "(portal/jobs/causes.py; docs/decisions/0026)")
+    cause_text = serializers.CharField(source="get_cause_display", help_text="the cause in words")
+    who = serializers.CharField(help_text="who or what did it: a person's name, the scheduler, the project's budget…")
+    actor = serializers.SerializerMethodField(help_text="the person who did it (a user name); null when the portal, "
+                                                        "the scheduler or a rule did")
+    from_state = serializers.CharField(allow_blank=True, help_text='"" for the first event')
+    to_state = serializers.CharField(help_text="the same as from_state for something that changed no state")
+    text = serializers.CharField(source="reason", allow_blank=True, help_text="what happened, for a person to read")
+    data = serializers.JSONField(help_text="the evidence: the scheduler's record, the budget's figures…")
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_actor(self, event) -> str | None:
+        return event.actor.username if event.actor_id is not None else None
 
 
 class LogSerializer(serializers.Serializer):

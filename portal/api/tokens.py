@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from portal.api.models import ApiToken, Scope
 from portal.audit.actions import record
+from portal.compiled import CompiledRead
 from portal.crypto import token_digest
 
 TOKEN_PREFIX = "kh_"
@@ -108,6 +109,10 @@ def revoke_token(token: ApiToken, *, actor) -> ApiToken:
     return locked
 
 
+# Every API request reads this: compiled once per process (docs/decisions/0054).
+_BY_DIGEST = CompiledRead(lambda digest: ApiToken.objects.select_related("user").filter(digest=digest), digest=str)
+
+
 def authenticate(secret: str) -> ApiToken:
     """The active token with this secret, or TokenRefused with a message a person can act on."""
     if not _TOKEN_RE.match(secret):
@@ -116,7 +121,7 @@ def authenticate(secret: str) -> ApiToken:
             "(copy it again from Settings → API tokens)",
             "token_malformed",
         )
-    token = ApiToken.objects.select_related("user").filter(digest=token_digest(secret)).first()
+    token = _BY_DIGEST.first(digest=token_digest(secret))
     if token is None:
         raise TokenRefused("unknown API token: it was never issued or was deleted; create one at /settings/tokens/",
                            "token_unknown")

@@ -20,7 +20,8 @@ from portal.api.permissions import TokenScope
 from portal.api.queries import project_or_404
 from portal.api.schema import BAD_INPUT, COMMON_ERRORS, NOT_FOUND, error
 from portal.api.serializers import FileSerializer, absolute_url
-from portal.storage import uploads
+from portal.storage import batch_uploads, uploads
+from portal.storage import queries as storage_queries
 from portal.storage.models import UploadSession
 
 SLUG = OpenApiParameter("slug", str, OpenApiParameter.PATH, description="the project's slug")
@@ -40,6 +41,11 @@ class UploadCreateSerializer(serializers.Serializer):
     sha256 = serializers.CharField(max_length=64, required=False, allow_blank=True,
                                    help_text="the whole file's SHA-256, 64 hexadecimal digits (or give it to complete)")
     overwrite = serializers.BooleanField(required=False, default=False, help_text="replace a file already at path")
+    part_size = serializers.IntegerField(required=False, allow_null=True, min_value=uploads.MIN_PART_BYTES,
+                                         max_value=uploads.MAX_PART_BYTES,
+                                         help_text="the part size you want, in bytes (5 MiB to 5 GiB; grown when the "
+                                                   "file would need more than 10,000 parts). Default: the site's "
+                                                   "(KAKEHASHI_UPLOAD_PART_BYTES)")
 
 
 class UploadSerializer(serializers.Serializer):
@@ -125,13 +131,22 @@ class _View(APIView):
 
     def upload(self, request, slug: str, upload_id) -> UploadSession:
         project = project_or_404(request.user, slug)
-        session = uploads.visible_uploads(request.user).filter(project=project, pk=upload_id).first()
+        session = storage_queries.visible_uploads(request.user).filter(project=project, pk=upload_id).first()
         if session is None:
             raise NotFound("no such upload of yours in this project")
         return session
 
 
 class UploadCreateView(_View):
+    @extend_schema(parameters=[SLUG], responses={200: UploadSerializer(many=True), **COMMON_ERRORS, **NOT_FOUND},
+                   summary="Your unfinished uploads in the project: each holds its size of the quota until it is "
+                           "completed or aborted (DELETE uploads/{id}/)")
+    def get(self, request, slug: str):
+        project = project_or_404(request.user, slug)
+        sessions = storage_queries.visible_uploads(request.user).filter(project=project, state="open").order_by(
+            "-last_activity_at")[:500]
+        return Response({"results": [UploadSerializer(s, context={"request": request}).data for s in sessions]})
+
     @extend_schema(
         parameters=[SLUG], request=UploadCreateSerializer,
         responses={201: UploadSerializer, 200: OpenApiResponse(UploadSerializer, description="your open upload to "
@@ -214,3 +229,85 @@ class UploadCompleteView(_View):
         etags = {part["number"]: part["etag"] for part in body.validated_data.get("parts", [])}
         stored = uploads.complete_upload(request.user, session, body.validated_data.get("sha256") or None, etags)
         return Response(FileSerializer(stored, context={"request": request}).data, status=status.HTTP_201_CREATED)
+
+
+# ------------------------------------------------------------------------------ many small files at once
+
+
+class BatchFileSerializer(serializers.Serializer):
+    path = serializers.CharField(max_length=1024)
+    size = serializers.IntegerField(min_value=0, max_value=batch_uploads.MAX_BATCH_FILE)
+    sha256 = serializers.CharField(max_length=64, help_text="the file's SHA-256, 64 hexadecimal digits")
+
+
+class BatchCreateSerializer(serializers.Serializer):
+    files = BatchFileSerializer(many=True, help_text=f"1 to {batch_uploads.MAX_BATCH} files of at most "
+                                f"{batch_uploads.MAX_BATCH_FILE // 2**20} MiB each")
+    overwrite = serializers.BooleanField(required=False, default=False, help_text="replace files already at the paths")
+
+
+class BatchUploadSerializer(serializers.Serializer):
+    path = serializers.CharField()
+    state = serializers.ChoiceField(choices=["upload", "present"], help_text="present: the project holds this file "
+                                    "with this size and SHA-256 already; nothing to send")
+    id = serializers.UUIDField(required=False, help_text="the upload's id, to complete it")
+    url = serializers.URLField(required=False, help_text="PUT the whole file here, with the headers below")
+    headers = serializers.DictField(child=serializers.CharField(), required=False)
+    size = serializers.IntegerField(required=False)
+
+
+class BatchCreatedSerializer(serializers.Serializer):
+    uploads = BatchUploadSerializer(many=True)
+    expires_in = serializers.IntegerField(help_text="seconds the URLs stay valid")
+
+
+class BatchCompleteSerializer(serializers.Serializer):
+    ids = serializers.ListField(child=serializers.CharField(max_length=64), min_length=1,
+                                max_length=batch_uploads.MAX_BATCH, help_text="the ids the batch gave")
+
+
+class BatchCompletedSerializer(serializers.Serializer):
+    files = FileSerializer(many=True)
+    missing = serializers.ListField(child=serializers.UUIDField(), help_text="uploads whose object the store does not "
+                                    "hold yet: PUT them again (create the batch again for fresh URLs), then complete")
+
+
+class BatchCreateView(_View):
+    @extend_schema(
+        parameters=[SLUG], request=BatchCreateSerializer,
+        responses={201: BatchCreatedSerializer, **BAD_INPUT, **CONFLICT,
+                   413: error("the project's storage quota cannot hold the batch"), **STORE_DOWN, **COMMON_ERRORS,
+                   **NOT_FOUND},
+        summary="Start direct uploads of many small files at once (a dataset folder): one presigned PUT each",
+        description="All or none: paths, quota and the file/folder rule are checked for the whole batch. Each URL "
+                    "is bound to its file's SHA-256 (send the headers given: the store refuses other bytes). A file "
+                    "the project already holds with the same size and SHA-256 is `present`: nothing to send. "
+                    "Sent again, the same batch resumes your open uploads with fresh URLs. Then POST the ids to "
+                    "`uploads/batch/complete/`.",
+    )
+    def post(self, request, slug: str):
+        project = project_or_404(request.user, slug)
+        body = BatchCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        answers = batch_uploads.create_batch(request.user, project, [dict(f) for f in body.validated_data["files"]],
+                                             overwrite=body.validated_data["overwrite"])
+        for answer in answers:
+            answer.pop("file", None)
+        return Response({"uploads": answers, "expires_in": settings.KAKEHASHI_UPLOAD_URL_SECONDS},
+                        status=status.HTTP_201_CREATED)
+
+
+class BatchCompleteView(_View):
+    @extend_schema(
+        parameters=[SLUG], request=BatchCompleteSerializer,
+        responses={200: BatchCompletedSerializer, **BAD_INPUT, **CONFLICT, 413: error("the quota no longer holds them"),
+                   **STORE_DOWN, **COMMON_ERRORS, **NOT_FOUND},
+        summary="Complete uploads of a batch: each file whose object the store holds is listed, ready",
+    )
+    def post(self, request, slug: str):
+        project = project_or_404(request.user, slug)
+        body = BatchCompleteSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        files, missing = batch_uploads.complete_batch(request.user, project, body.validated_data["ids"])
+        return Response({"files": FileSerializer(files, many=True, context={"request": request}).data,
+                         "missing": missing})

@@ -7,6 +7,7 @@ app; their refusals become JSON errors in portal.api.errors.
 
 from __future__ import annotations
 
+from django.db.models import F
 from django.http import FileResponse
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
@@ -22,6 +23,9 @@ from portal.api.parsers import JSONParser
 from portal.api.places import places_answer
 from portal.api.schema import BAD_INPUT, COMMON_ERRORS, NOT_FOUND, error
 from portal.api.serializers import (
+    BatchSubmissionSerializer,
+    BatchSubmitSerializer,
+    JobEventSerializer,
     JobSerializer,
     JobSubmitSerializer,
     LogSerializer,
@@ -31,10 +35,16 @@ from portal.api.serializers import (
 )
 from portal.catalog import places
 from portal.catalog.queries import budget_after
-from portal.jobs import actions, outputs
+from portal.jobs import outputs
+from portal.jobs.actions.batch import submit_jobs
+from portal.jobs.actions.cancel import request_cancel, request_cancel_sweep
+from portal.jobs.actions.submit import submit_job
+from portal.jobs.actions.sweeps import submit_sweep
+from portal.jobs.actions.validation import JobRequest
 from portal.jobs.models import FINAL_STATES, JobState
 from portal.jobs.outputs import request_output_refresh
-from portal.storage import actions as storage
+from portal.jobs.queries import output_download, visible_jobs
+from portal.samples.queries import as_api as gpu_use
 
 LOG_CHUNK_BYTES = 1024 * 1024  # one answer of /logs/ carries at most this much; next_offset continues
 MAX_IDEMPOTENCY_KEY = 128  # Job.idempotency_key's length
@@ -49,7 +59,7 @@ class JobListCreateView(ListView):
 
     def get_queryset(self):
         user, params = self.request.user, self.request.query_params
-        jobs = queries.visible_jobs(user)
+        jobs = visible_jobs(user)
         if params.get("project"):
             jobs = jobs.filter(project=queries.project_or_404(user, params["project"], field="project"))
         if params.get("state"):
@@ -61,7 +71,9 @@ class JobListCreateView(ListView):
             jobs = jobs.filter(state__in=states)
         # Each job lists its outputs and datasets: one query for each, for the whole page; an array element's script
         # is its group's, read in the same statement.
-        return jobs.select_related("group").prefetch_related("artifacts", "datasets").order_by("-id")
+        # …and what its GPUs do (portal/samples), in the same statement.
+        return (jobs.select_related("group").prefetch_related("artifacts", "datasets")
+                .annotate(gpu_state=F("samples__state"), gpu_summary=F("samples__summary")).order_by("-id"))
 
     @extend_schema(
         parameters=[
@@ -105,7 +117,7 @@ class JobListCreateView(ListView):
         job_request = _job_request(user, data)
         project = job_request.project
         dry_run = data["dry_run"]
-        submission = actions.submit_job(user, job_request, dry_run=dry_run,
+        submission = submit_job(user, job_request, dry_run=dry_run,
                                         idempotency_key=None if dry_run else _idempotency_key(request))
         answer = SubmissionSerializer(submission.job, context={
             "request": request, "submission": submission, "dry_run": dry_run,
@@ -123,28 +135,61 @@ def _places(job) -> list[dict]:
     hw = job.hardware
     shape = places.Shape(gpus=hw.gpus_per_node * job.nodes, walltime_seconds=job.walltime_seconds,
                          gpu_model=hw.gpu_model, nodes=job.nodes)
-    return places_answer(job.project, shape)["places"]
+    return places_answer(job.project, shape, job.user)["places"]
 
 
-def _job_request(user, data: dict) -> actions.JobRequest:
-    """The JobRequest a submit body describes; the project, hardware and software must be the user's to use."""
-    return actions.JobRequest(
-        project=queries.project_or_404(user, data["project"], field="project"),
-        name=data["name"],
-        script=data["script"],
-        hardware=queries.hardware_or_404(user, data["hardware"]) if data.get("hardware") else None,
-        software=queries.software_or_404(user, data["software"]) if data.get("software") else None,
-        nodes=data["nodes"],
-        walltime=data["walltime"],
-        launcher=data["launcher"],
-        procs_per_node=data["procs_per_node"],
-        template=data["template"],
-        working_directory=data["working_directory"],
-        env=data["env"],
-        notebook=data["notebook"],
-        parameters=data["parameters"],
-        datasets=data["datasets"],
+def _job_request(user, data: dict, seen: dict | None = None) -> JobRequest:
+    """The JobRequest a submit body describes; the project, hardware and software must be the user's to use.
+    `seen`: the slugs already resolved for this request (a batch's jobs mostly name the same ones)."""
+    seen = {} if seen is None else seen
+
+    def lookup(kind: str, slug: str, find):
+        if (kind, slug) not in seen:
+            seen[kind, slug] = find()
+        return seen[kind, slug]
+
+    return JobRequest.from_data(
+        data,
+        project=lookup("project", data["project"], lambda: queries.project_or_404(user, data["project"], field="project")),
+        hardware=lookup("hardware", data["hardware"], lambda: queries.hardware_or_404(user, data["hardware"]))
+        if data.get("hardware") else None,
+        software=lookup("software", data["software"], lambda: queries.software_or_404(user, data["software"]))
+        if data.get("software") else None,
     )
+
+
+class JobBatchCreateView(ApiView):
+    parser_classes = [JSONParser]
+
+    @extend_schema(
+        request=BatchSubmitSerializer,
+        examples=[OpenApiExample("two scripts", request_only=True, value={"jobs": [
+            {"project": "vision", "name": "prep", "hardware": "local-cpu", "walltime": "00:10:00", "script": "echo a\n"},
+            {"project": "vision", "name": "train", "hardware": "local-cpu", "walltime": "01:00:00",
+             "script": "python train.py\n", "env": {"EPOCHS": "3"}}]})],
+        parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER,
+                                     description="repeat a batch safely: the same key returns the jobs it recorded (200)")],
+        responses={
+            201: BatchSubmissionSerializer,
+            200: OpenApiResponse(BatchSubmissionSerializer, description="a batch replayed by its Idempotency-Key"),
+            **BAD_INPUT,
+            402: error("a project's strict budget cannot cover its jobs of the batch (code budget_exceeded): "
+                       "nothing was recorded"),
+            415: error("the body must be JSON (Content-Type: application/json)"),
+            **COMMON_ERRORS,
+            **NOT_FOUND,
+        },
+        summary="Submit many jobs at once: each checked, priced and recorded as POST jobs/ would, all or none",
+    )
+    def post(self, request):
+        body = BatchSubmitSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        user = request.user
+        seen: dict = {}
+        batch = submit_jobs(user, [_job_request(user, data, seen) for data in body.validated_data["jobs"]],
+                            idempotency_key=_idempotency_key(request))
+        answer = BatchSubmissionSerializer(batch, context={"request": request}).data
+        return Response(answer, status=status.HTTP_201_CREATED if batch.created else status.HTTP_200_OK)
 
 
 class SweepCreateView(ApiView):
@@ -173,7 +218,7 @@ class SweepCreateView(ApiView):
         body.is_valid(raise_exception=True)
         data = body.validated_data
         dry_run = data["dry_run"]
-        sweep = actions.submit_sweep(request.user, _job_request(request.user, data), data["sweep"], dry_run=dry_run,
+        sweep = submit_sweep(request.user, _job_request(request.user, data), data["sweep"], dry_run=dry_run,
                                      array=data["array"], idempotency_key=None if dry_run else _idempotency_key(request))
         # A recorded sweep answers as GET sweeps/{id}/ does, with the first page of its jobs (a replay too).
         shown = queries.SweepPage.drafted(sweep) if dry_run else queries.sweep_page(request, sweep.group,
@@ -205,7 +250,7 @@ class SweepCancelView(ApiView):
     )
     def post(self, request, pk: int):
         group = queries.sweep_or_404(request.user, pk)
-        actions.request_cancel_sweep(group, request.user)  # every job of it not ended, on whichever page
+        request_cancel_sweep(group, request.user)  # every job of it not ended, on whichever page
         return Response(SweepSerializer(queries.sweep_page(request, group), context={"request": request}).data,
                         status=status.HTTP_202_ACCEPTED)
 
@@ -221,9 +266,28 @@ def _idempotency_key(request) -> str | None:
 
 
 class JobDetailView(ApiView):
-    @extend_schema(responses={200: JobSerializer, **COMMON_ERRORS, **NOT_FOUND}, summary="One job")
+    @extend_schema(responses={200: JobSerializer, **COMMON_ERRORS, **NOT_FOUND}, summary="One job",
+                   description="With `gpu`: what its GPUs really do (summary, idle state, the idle rule, keeps).")
     def get(self, request, pk: int):
-        return Response(JobSerializer(queries.job_or_404(request.user, pk), context={"request": request}).data)
+        job = queries.job_or_404(request.user, pk)
+        # Beside the job, what its GPUs really do (portal/samples): summary, idle state, the rule, keeps.
+        return Response({**JobSerializer(job, context={"request": request}).data, "gpu": gpu_use(job)})
+
+
+class JobEventsView(ListView):
+    """A job's history, oldest first: each event's cause (what to switch on), when, who or what, its words and
+    its evidence."""
+
+    serializer_class = JobEventSerializer
+
+    def get_queryset(self):
+        job = queries.job_or_404(self.request.user, self.kwargs["pk"])
+        return job.events.select_related("actor").order_by("pk")
+
+    @extend_schema(responses={200: JobEventSerializer(many=True), **COMMON_ERRORS, **NOT_FOUND},
+                   summary="A job's history: what happened, why (its cause), when and by whom")
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
 
 
 class JobCancelView(ApiView):
@@ -239,7 +303,7 @@ class JobCancelView(ApiView):
         summary="Cancel a job",
     )
     def post(self, request, pk: int):
-        job = actions.request_cancel(queries.job_or_404(request.user, pk), request.user)
+        job = request_cancel(queries.job_or_404(request.user, pk), request.user)
         job = queries.job_or_404(request.user, job.pk)  # with everything the answer shows
         code = status.HTTP_200_OK if job.state in FINAL_STATES else status.HTTP_202_ACCEPTED
         return Response(JobSerializer(job, context={"request": request}).data, status=code)
@@ -305,13 +369,11 @@ class JobOutputDownloadView(ApiView):
         summary="Download a file the job left in outputs/ (with an object store: a redirect to a presigned URL)",
     )
     def get(self, request, pk: int, artifact_id: int):
-        job = queries.job_or_404(request.user, pk)
-        artifact = job.artifacts.filter(pk=artifact_id).exclude(stored_name="").first()
-        if artifact is None:
+        download = output_download(queries.job_or_404(request.user, pk), artifact_id)
+        if download is None:
             raise NotFound("no such output of this job in the portal (too large ones stay on the cluster)")
-        url = storage.job_output_url(artifact.stored_name, artifact.path.rsplit("/", 1)[-1])
-        if url is not None:
+        if download.url is not None:
             # The store serves the bytes (Range requests work), never the portal.
-            return Response(status=status.HTTP_302_FOUND, headers={"Location": url})
-        return FileResponse(storage.open_job_output(artifact.stored_name), as_attachment=True,
-                            filename=artifact.path.rsplit("/", 1)[-1], content_type="application/octet-stream")
+            return Response(status=status.HTTP_302_FOUND, headers={"Location": download.url})
+        return FileResponse(download.open(), as_attachment=True, filename=download.filename,
+                            content_type="application/octet-stream")

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from datetime import date, datetime, time, timedelta
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from portal.audit.models import AuditEntry
@@ -10,12 +10,15 @@ from portal.audit.models import AuditEntry
 
 def filtered_entries(*, actor: str = "", action: str = "", project: str = "", ip: str | None = None,
                      since: date | None = None, until: date | None = None) -> QuerySet[AuditEntry]:
-    """Audit rows, newest first. `action` matches a whole action or, ending in '.', every action of that area."""
+    """Audit rows, newest first. `action` matches a whole action, or an area's name (with or without its '.')
+    every action of that area."""
     rows = AuditEntry.objects.select_related("actor", "project")
     if actor:
         rows = rows.filter(actor__username__iexact=actor)
     if action:
-        rows = rows.filter(action__startswith=action) if action.endswith(".") else rows.filter(action=action)
+        # "budget" finds every budget.* action, as "budget." does (issue 25); "budget.set" finds that one.
+        area = action if action.endswith(".") else action + "."
+        rows = rows.filter(Q(action=action) | Q(action__startswith=area))
     if project:
         rows = rows.filter(project__slug=project)
     if ip:

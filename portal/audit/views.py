@@ -16,7 +16,7 @@ PAGE_SIZE = 50
 class AuditFilterForm(forms.Form):
     actor = forms.CharField(required=False, max_length=150, label="Person")
     action = forms.CharField(required=False, max_length=64, label="Action",
-                             help_text="An action or its start, e.g. job. or auth.login_failed")
+                             help_text="An action or its area, e.g. budget, job or auth.login_failed")
     project = forms.SlugField(required=False, label="Project")
     ip = forms.GenericIPAddressField(required=False, label="IP address")
     since = forms.DateField(required=False, label="From", widget=forms.DateInput(attrs={"type": "date"}))

@@ -113,8 +113,14 @@ def cost(rate: Decimal, rate_unit: str, nodes: int, seconds: int, to_unit: str,
         converted = convert(raw, rate_unit, to_unit)
     else:
         if (rate_unit, to_unit) not in conversions:
-            conversions[(rate_unit, to_unit)] = conversion(rate_unit, to_unit)
-        converted = conversions[(rate_unit, to_unit)](raw)
+            try:
+                conversions[(rate_unit, to_unit)] = conversion(rate_unit, to_unit)
+            except NoConversion as exc:
+                conversions[(rate_unit, to_unit)] = exc  # a missing one is remembered too: asked once
+        found = conversions[(rate_unit, to_unit)]
+        if isinstance(found, NoConversion):
+            raise NoConversion(str(found))
+        converted = found(raw)
     return Money(converted.quantize(CENT, rounding=ROUND_HALF_UP), to_unit)
 
 
@@ -265,6 +271,25 @@ def _balance(budget: Budget) -> BudgetSummary:
     spent = budget.spent if kept else Decimal("0")
     return BudgetSummary(amount=budget.amount, unit=budget.unit, reserved=reserved, spent=spent,
                          available=budget.amount - reserved - spent, period_start=start, strict=budget.strict)
+
+
+# The columns of a project's budget that say what it has left (read beside a submit's grant: validation.py).
+BUDGET_FIGURES = ("amount", "unit", "period", "strict", "balance_period", "reserved", "spent")
+
+
+def balance_of_figures(figures: dict[str, Any]) -> BudgetSummary | None:
+    """The current period's balance from a budget's BUDGET_FIGURES as read (None: the project has no budget)."""
+    if figures.get("amount") is None:
+        return None
+    return _balance(Budget(**figures))
+
+
+def refuse_unless_it_fits(project, count: int, needed: Decimal, before: BudgetSummary | None) -> None:
+    """BudgetExceeded, before anything is recorded, for jobs a strict budget cannot cover as it was just read: a
+    refused submit records nothing (and so takes no job number). The reservation under the budget's row lock
+    (`reserve_many`) still decides; this only spares the rows a refusal would roll back."""
+    if before is not None and before.strict and needed > before.available:
+        raise _exceeded(project, count, needed, before)
 
 
 def _exceeded(project, count: int, needed: Decimal, current: BudgetSummary) -> BudgetExceeded:

@@ -11,3 +11,5 @@ class BudgetForm(forms.Form):
     period = forms.ChoiceField(choices=Period.choices)
     strict = forms.BooleanField(required=False, initial=True, label="Strict: refuse new jobs and cancel running ones when spent",
                                 help_text="Off = soft: jobs still run, admins are warned")
+    # Asked only when a strict amount would cancel jobs not ended (the page names them first).
+    confirm_cancel = forms.BooleanField(required=False, label="Save it and let the budget cancel these jobs")

@@ -2,6 +2,7 @@ from django.contrib import admin
 
 from portal.catalog import prices
 from portal.catalog.models import CloudPrice, HardwareType, Preset, Software
+from portal.clusters.connect import is_cloud
 
 
 @admin.register(HardwareType)
@@ -12,7 +13,7 @@ class HardwareTypeAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         # A cloud hardware type's rate is the price table's (Cloud prices), kept in step whenever either changes.
-        if obj is not None and obj.cluster.kind == prices.CLOUD_KIND:
+        if obj is not None and is_cloud(obj.cluster):
             return ["rate", "rate_unit"]
         return []
 

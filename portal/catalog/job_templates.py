@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2] / "job_templates"
+# How a `make run` demo gets what the templates need (docs/decisions/0035).
+HOST_TORCH_HINT = "`make torch` installs PyTorch (CPU) beside `make run`"
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ Used by the job form's preview, `GET /api/v1/places/`, a dry run's answer and `k
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
 
@@ -22,9 +22,9 @@ from django.utils import timezone
 from portal.budgets import actions as budgets
 from portal.budgets.queries import budget_of
 from portal.catalog.models import HardwareType
-from portal.catalog.prices import cloud_rows
-from portal.catalog.queries import hardware_for_project
-from portal.clusters.cloud import CLOUD_KIND
+from portal.catalog.prices import cloud_rows, cost_or_none
+from portal.catalog.queries import hardware_for_project, missing_accounts
+from portal.clusters.connect import is_cloud
 from portal.clusters.models import ClusterHealth
 
 MAX_GPUS = 4096
@@ -71,6 +71,7 @@ class Place:
     health: ClusterHealth | None  # the cluster's last health check (None: never checked)
     waiting: int | None  # jobs waiting where this job would wait (its partition, queue or cluster)
     same_model: bool  # the GPU model asked for (or none was asked for)
+    missing: str = ""  # what the person lacks to run here (a linked account), "" when they can
 
     @property
     def cluster(self):
@@ -82,7 +83,7 @@ class Place:
 
     @property
     def is_cloud(self) -> bool:
-        return self.hardware.cluster.kind == CLOUD_KIND
+        return is_cloud(self.hardware.cluster)
 
     @property
     def reachable(self) -> bool | None:
@@ -127,21 +128,15 @@ def _nodes_for(hardware: HardwareType, shape: Shape) -> int | None:
     return nodes
 
 
-def _cost(hardware: HardwareType, nodes: int, seconds: int, unit: str) -> budgets.Money | None:
-    try:
-        return budgets.cost(hardware.rate, hardware.rate_unit, nodes, seconds, unit)
-    except budgets.NoConversion:
-        return None
-
-
-def places_for(project, shape: Shape) -> list[Place]:
-    """Every place `project` may run `shape`, cheapest first (in the reporting unit; unpriced last)."""
+def places_for(project, shape: Shape, user=None) -> list[Place]:
+    """Every place `project` may run `shape`: where `user` (if given) can run first, each part cheapest first (in
+    the reporting unit; unpriced last); the others say what is missing."""
     budget = budget_of(project)
     reporting_unit = settings.KAKEHASHI_REPORTING_UNIT
     hardware = list(hardware_for_project(project))
     healths = {h.cluster_id: h for h in ClusterHealth.objects.filter(cluster_id__in={hw.cluster_id for hw in hardware})}
     cloud_waiting: dict[int, int | None] = {}
-    for gpus_per_node in {hw.gpus_per_node for hw in hardware if hw.cluster.kind == CLOUD_KIND}:
+    for gpus_per_node in {hw.gpus_per_node for hw in hardware if is_cloud(hw.cluster)}:
         if shape.gpus and gpus_per_node:
             nodes = math.ceil(shape.gpus / gpus_per_node)
         elif not shape.gpus and not gpus_per_node:
@@ -151,9 +146,10 @@ def places_for(project, shape: Shape) -> list[Place]:
         for row in cloud_rows(project, gpus_per_node=gpus_per_node, nodes=nodes, walltime_seconds=shape.walltime_seconds):
             cloud_waiting[row.hardware.pk] = row.waiting
     places = []
+    conversions: dict = {}  # each pair of units looked up once, not twice per place
     for hw in hardware:
         nodes = _nodes_for(hw, shape)
-        if nodes is None or (hw.cluster.kind == CLOUD_KIND and hw.pk not in cloud_waiting):
+        if nodes is None or (is_cloud(hw.cluster) and hw.pk not in cloud_waiting):
             continue
         health = healths.get(hw.cluster_id)
         waiting = cloud_waiting.get(hw.pk)
@@ -162,11 +158,14 @@ def places_for(project, shape: Shape) -> list[Place]:
             waiting = health.per_queue.get(partition, 0) if partition and health.per_queue else health.pending
         places.append(Place(
             hardware=hw, nodes=nodes,
-            cost=_cost(hw, nodes, shape.walltime_seconds, budget.unit if budget else hw.rate_unit),
-            reporting=_cost(hw, nodes, shape.walltime_seconds, reporting_unit),
+            cost=cost_or_none(hw, nodes, shape.walltime_seconds, budget.unit if budget else hw.rate_unit, conversions),
+            reporting=cost_or_none(hw, nodes, shape.walltime_seconds, reporting_unit, conversions),
             health=health, waiting=waiting,
             same_model=not shape.gpu_model or hw.gpu_model.lower() == shape.gpu_model.lower(),
         ))
+    if user is not None:
+        lacking = missing_accounts(user, project, [place.cluster for place in places])
+        places = [replace(place, missing=lacking[place.cluster.pk]) for place in places]
     infinity = Decimal("Infinity")
-    return sorted(places, key=lambda p: (p.reporting.amount if p.reporting else infinity,
+    return sorted(places, key=lambda p: (bool(p.missing), p.reporting.amount if p.reporting else infinity,
                                          p.cost.amount if p.cost else infinity, p.hardware.slug))

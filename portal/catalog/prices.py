@@ -10,27 +10,25 @@ rate and converts it to the budget's unit, so cloud money lands in the same ledg
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
 
-from backends import aws_pricing
 from backends.aws_batch_defs import queue_for
 from portal.audit.actions import record
 from portal.budgets import actions as budgets
 from portal.budgets.queries import budget_of
 from portal.catalog.models import CloudPrice, HardwareType
 from portal.catalog.queries import hardware_for_project
-from portal.clusters.cloud import CLOUD_KIND, last_seen
-from portal.clusters.connect import backend_settings
+from portal.clusters.cloud_state import last_seen
+from portal.clusters.connect import backend_settings, cloud_kinds
 
 PRICE_STEP = Decimal("0.0001")  # CloudPrice.price_per_hour's decimal places
 
 
 def cloud_hardware(cluster=None):
-    hardware = HardwareType.objects.filter(cluster__kind=CLOUD_KIND).select_related("cluster")
+    hardware = HardwareType.objects.filter(cluster__kind__in=cloud_kinds()).select_related("cluster")
     return hardware.filter(cluster=cluster) if cluster is not None else hardware
 
 
@@ -64,35 +62,6 @@ def apply_prices(*, actor=None) -> list[HardwareType]:
     return changed
 
 
-def refresh_prices(cluster, *, pricing, ec2, now: datetime | None = None) -> list[CloudPrice]:
-    """Ask AWS what the cluster's instance types cost now (on demand: the Pricing API; Spot: EC2's price
-    history), write them to the table and apply them. Worker or management-command side."""
-    region = str(cluster.options.get("region", ""))
-    wanted: dict[str, set[str]] = {}
-    for hardware in cloud_hardware(cluster):
-        _, instance_type, market = offer_of(hardware)
-        if instance_type:
-            wanted.setdefault(market, set()).add(instance_type)
-    offers = []
-    if wanted.get(CloudPrice.Market.ON_DEMAND):
-        offers += aws_pricing.on_demand_offers(pricing, region, sorted(wanted[CloudPrice.Market.ON_DEMAND]))
-    if wanted.get(CloudPrice.Market.SPOT):
-        offers += aws_pricing.spot_offers(ec2, region, sorted(wanted[CloudPrice.Market.SPOT]), now or datetime.now(UTC))
-    # The table keeps 4 decimals: a price that would round to 0 there would make the hardware free. None is real
-    # (moto's Spot history answers 0.00001); such an answer is left out and the row keeps its last price.
-    offers = [o for o in offers if o.price_per_hour.quantize(PRICE_STEP) > 0]
-    saved = []
-    with transaction.atomic():
-        for offer in offers:
-            price, _ = CloudPrice.objects.update_or_create(
-                region=offer.region, instance_type=offer.instance_type, market=offer.market,
-                defaults={"price_per_hour": offer.price_per_hour.quantize(PRICE_STEP), "currency": offer.currency, "source": "AWS price list"},
-            )
-            saved.append(price)
-        apply_prices()
-    return saved
-
-
 # ------------------------------------------------------------------------ the cloud rows of "where to run"
 
 
@@ -111,12 +80,12 @@ class CloudRow:
 def cloud_rows(project, *, gpus_per_node: int, nodes: int, walltime_seconds: int, gpu_model: str = "") -> list[CloudRow]:
     """Every cloud hardware type the project may use for this shape, cheapest first, with how busy its queue is
     (from the reconciler's last look: a page never asks AWS)."""
-    hardware = hardware_for_project(project).filter(cluster__kind=CLOUD_KIND, gpus_per_node=gpus_per_node,
+    hardware = hardware_for_project(project).filter(cluster__kind__in=cloud_kinds(), gpus_per_node=gpus_per_node,
                                                     max_nodes__gte=nodes)
     if gpu_model:
         hardware = hardware.filter(gpu_model__iexact=gpu_model)
     budget = budget_of(project)
-    rows = []
+    rows, conversions = [], {}
     for hw in hardware:
         seen = last_seen(hw.cluster) or {}
         mapping = hw.scheduler_mapping or {}
@@ -124,15 +93,18 @@ def cloud_rows(project, *, gpus_per_node: int, nodes: int, walltime_seconds: int
                                                   backend_settings(hw.cluster))
         rows.append(CloudRow(
             hardware=hw, price=budgets.Money(hw.rate, hw.rate_unit),
-            cost=_cost(hw, nodes, walltime_seconds, budget.unit if budget else hw.rate_unit),
-            reporting=_cost(hw, nodes, walltime_seconds, settings.KAKEHASHI_REPORTING_UNIT),
+            cost=cost_or_none(hw, nodes, walltime_seconds, budget.unit if budget else hw.rate_unit, conversions),
+            reporting=cost_or_none(hw, nodes, walltime_seconds, settings.KAKEHASHI_REPORTING_UNIT, conversions),
             waiting=(seen.get("waiting") or {}).get(queue), seen_at=seen.get("at", ""),
         ))
     return sorted(rows, key=lambda r: (r.reporting.amount if r.reporting else float("inf"), r.hardware.slug))
 
 
-def _cost(hardware: HardwareType, nodes: int, seconds: int, unit: str) -> budgets.Money | None:
+def cost_or_none(hardware: HardwareType, nodes: int, seconds: int, unit: str,
+                 conversions: dict | None = None) -> budgets.Money | None:
+    """What `nodes` of `hardware` cost for `seconds` in `unit`, or None where no conversion is set (the place is
+    shown unpriced). `conversions`: the caller's cache, so a comparison looks each pair of units up once."""
     try:
-        return budgets.cost(hardware.rate, hardware.rate_unit, nodes, seconds, unit)
+        return budgets.cost(hardware.rate, hardware.rate_unit, nodes, seconds, unit, conversions)
     except budgets.NoConversion:
         return None

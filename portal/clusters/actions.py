@@ -11,6 +11,7 @@ from backends.base import BackendError, TransportError
 from portal.audit.actions import record
 from portal.clusters.connect import NoClusterAccount, backend_for
 from portal.clusters.models import Allocation, Cluster, ClusterAccount
+from portal.enqueue import VERIFY_ACCOUNT, enqueue_on_commit
 from portal.projects import access
 
 
@@ -56,12 +57,10 @@ class NotOperations(Exception):
 
 
 @transaction.atomic
-def set_up_service_account(cluster: Cluster, username: str, *, project_slug: str = OPERATIONS_PROJECT,
-                           group: str = "", new_key: bool = False, actor=None) -> tuple[ClusterAccount, bool]:
-    """The site's operations project (created if missing), its allocation on `cluster` (charged to `group`) and
-    its service account `username` there, with a key the portal generates: (account, whether the key is new).
-    Site staff's health checks in that project run as this account. Run again: nothing changes unless the
-    username differs or `new_key` asks for another key."""
+def set_up_operations(cluster: Cluster, *, project_slug: str = OPERATIONS_PROJECT, group: str = "") -> Allocation:
+    """The site's operations project (created if missing) and its allocation on `cluster` (charged to `group`):
+    all a cluster reached without an account (the portal host, a cloud API) needs for site staff's health checks.
+    The allocation's receivers audit the grant (portal/audit/signals.py)."""
     from portal.projects.models import Project
 
     project, _ = Project.objects.get_or_create(
@@ -73,10 +72,30 @@ def set_up_service_account(cluster: Cluster, username: str, *, project_slug: str
     if not created and group and allocation.group != group:
         allocation.group = group
         allocation.save()
+    return allocation
+
+
+@transaction.atomic
+def set_up_service_account(cluster: Cluster, username: str, *, project_slug: str = OPERATIONS_PROJECT,
+                           group: str = "", new_key: bool = False, actor=None) -> tuple[ClusterAccount, bool]:
+    """The site's operations project (created if missing), its allocation on `cluster` (charged to `group`) and
+    its service account `username` there, with a key the portal generates: (account, whether the key is new).
+    Site staff's health checks in that project run as this account. Run again: nothing changes unless the
+    username differs or `new_key` asks for another key."""
+    allocation = set_up_operations(cluster, project_slug=project_slug, group=group)
+    project = allocation.project
     account = ClusterAccount.objects.filter(cluster=cluster, project=project).first()
     if account is not None and account.username == username and not new_key:
         return account, False
     return link_account(cluster, username=username, project=project, actor=actor), True
+
+
+def request_verification(account: ClusterAccount, *, actor) -> None:
+    """Ask a worker to check that the account logs in (no web request reaches a cluster), with its audit row."""
+    with transaction.atomic():
+        ClusterAccount.objects.filter(pk=account.pk).update(last_error="checking…")
+        record("cluster_account.verify", actor=actor, target=account, cluster=account.cluster.slug)
+        enqueue_on_commit(VERIFY_ACCOUNT, account.pk)
 
 
 def verify_account(account_id: int) -> bool:

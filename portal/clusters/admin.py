@@ -38,8 +38,33 @@ class CloudCredentialInline(admin.StackedInline):
     verbose_name = "cloud access key (AWS Batch; none: the worker's instance role)"
 
 
+OPTIONS_HELP = """A JSON object of the cluster's settings (docs/guide/cloud-without-aws.md for AWS Batch).<br>
+<b>Slurm, PBS, Grid Engine</b>: <code>data_cache</code> (e.g. <code>"/gs/bs/{group}/.kakehashi/cache"</code>: the
+project's group shares one dataset cache), <code>dialect</code> (<code>"torque"</code>), <code>accounting</code>,
+<code>queue</code>, <code>monitor_username</code>, <code>session_tunnel</code> (<code>true</code>: the hub cannot reach
+the compute nodes; sessions are reached through an SSH tunnel through the login node, held by
+<code>manage.py session_tunnels</code>).<br>
+<b>AWS Batch</b>: <code>region</code>, <code>bucket</code> (the job files), <code>subnets</code>,
+<code>security_groups</code>, <code>instance_role</code> (the ECS instance profile), <code>cluster</code> (the prefix
+of its queues' names); <code>service_role</code> (empty: AWS Batch's service-linked role; moto needs an IAM role's
+ARN); <code>endpoint_url</code> (AWS's APIs elsewhere than AWS, e.g. a moto server <code>http://127.0.0.1:5000</code>);
+<code>s3_endpoint_url</code> (the S3 the containers and the job files use, e.g. the portal's SeaweedFS
+<code>http://127.0.0.1:8333</code>: datasets of the portal's object store reach cloud jobs only when it is the
+portal's own <code>KAKEHASHI_S3_ENDPOINT_URL</code>); <code>default_image</code>, <code>max_jobs_per_queue</code>
+(2). Hardware here is priced in USD: set a conversion from USD to each budget's unit (Unit conversions), or its
+jobs cannot be estimated."""
+
+
+class ClusterForm(forms.ModelForm):
+    class Meta:
+        model = Cluster
+        fields = "__all__"
+        help_texts = {"options": OPTIONS_HELP}
+
+
 @admin.register(Cluster)
 class ClusterAdmin(admin.ModelAdmin):
+    form = ClusterForm
     list_display = ["slug", "name", "kind", "site_profile", "login_host", "login_port", "identity_mode", "enabled"]
     list_filter = ["kind", "enabled"]
     search_fields = ["slug", "name", "login_host"]

@@ -14,6 +14,7 @@ from django.conf import settings
 from backends import REGISTRY, backend_class
 from backends.base import Access, Backend, Reach
 from portal.clusters.models import CloudCredential, Cluster, ClusterAccount, IdentityMode
+from portal.compiled import CompiledRead
 
 
 class NoClusterAccount(Exception):
@@ -22,6 +23,11 @@ class NoClusterAccount(Exception):
 
 def reach_of(cluster: Cluster) -> Reach:
     return backend_class(cluster.kind).reach
+
+
+# Every submit to a cluster reached as the researcher reads this: compiled once per process (docs/decisions/0054).
+_ACCOUNT_OF_USER = CompiledRead(lambda cluster, user: ClusterAccount.objects.filter(cluster_id=cluster, user_id=user),
+                                cluster=int, user=int)
 
 
 def account_for(cluster: Cluster, user, project) -> ClusterAccount | None:
@@ -34,8 +40,8 @@ def account_for(cluster: Cluster, user, project) -> ClusterAccount | None:
         account = ClusterAccount.objects.filter(cluster=cluster, project=project).first()
         if account is None:
             raise NoClusterAccount(
-                f"the site's operations project {project.slug} has no service account on {cluster.name}: run "
-                f"`python manage.py service_account {cluster.slug} USERNAME` and install the key it prints"
+                f"the site's operations project {project.slug} has no service account on {cluster.name}: set it up "
+                "on the site page (Health checks), and install the key it shows"
             )
         return account
     if cluster.identity_mode == IdentityMode.PROJECT:
@@ -45,7 +51,7 @@ def account_for(cluster: Cluster, user, project) -> ClusterAccount | None:
                 f"project {project.slug} has no service account on {cluster.name}; a site admin must add one"
             )
         return account
-    account = ClusterAccount.objects.filter(cluster=cluster, user=user).first()
+    account = _ACCOUNT_OF_USER.first(cluster=cluster.pk, user=user.pk)
     if account is None:
         raise NoClusterAccount(
             f"you have no account linked on {cluster.name}: open Settings → Cluster accounts, create a key "
@@ -121,6 +127,18 @@ def job_dir(cluster: Cluster, name: str) -> str:
 def kinds_reached(reach: Reach) -> list[str]:
     """The cluster kinds whose backends are reached this way (e.g. those a researcher links an account on)."""
     return [kind for kind in REGISTRY if backend_class(kind).reach is reach]
+
+
+def is_cloud(cluster: Cluster) -> bool:
+    """Whether the cluster's machines are rented from a provider through its API (its backend's `reach`): the site
+    sets its queues up (portal/cloud/setup.py), its hardware is priced from the provider's list, a reconciler
+    compares what runs there with the portal's jobs, and datasets reach it through the object store."""
+    return reach_of(cluster) is Reach.CLOUD_API
+
+
+def cloud_kinds() -> list[str]:
+    """The cluster kinds `is_cloud` holds for, for queries (`cluster__kind__in=cloud_kinds()`)."""
+    return kinds_reached(Reach.CLOUD_API)
 
 
 def backend_settings(cluster: Cluster) -> dict:

@@ -15,8 +15,8 @@ from django.db.models import F
 from django.utils import timezone
 
 from backends.base import BackendError, TransportError
-from portal.clusters.cloud import CLOUD_KIND, queues_of
-from portal.clusters.connect import NoClusterAccount, backend_for, reach_of
+from portal.clusters.cloud_state import queues_of
+from portal.clusters.connect import NoClusterAccount, backend_for, is_cloud, reach_of
 from portal.clusters.models import Cluster, ClusterAccount, ClusterHealth
 
 log = logging.getLogger(__name__)
@@ -36,9 +36,11 @@ def health_account(cluster: Cluster) -> ClusterAccount | None:
 def collect(cluster: Cluster) -> ClusterHealth:
     """Ask one cluster how busy it is and record the answer (or why there was none)."""
     now = timezone.now()
-    health = ClusterHealth.objects.filter(cluster=cluster).first() or ClusterHealth(cluster=cluster, checked_at=now)
+    # get_or_create: the beat and a site admin's "check now" may collect the same cluster at once (one row each).
+    health, _ = ClusterHealth.objects.get_or_create(cluster=cluster, defaults={"checked_at": now})
     health.checked_at = now
-    queues = list(queues_of(cluster)) if cluster.kind == CLOUD_KIND else []
+    by_queue = queues_of(cluster) if is_cloud(cluster) else {}
+    queues = list(by_queue)
     try:
         load = backend_for(cluster, health_account(cluster)).load(queues)
     except (BackendError, TransportError, NoClusterAccount) as exc:
@@ -46,7 +48,11 @@ def collect(cluster: Cluster) -> ClusterHealth:
         health.reachable, health.last_error, health.error_at = False, str(exc)[:2000], now
         health.save()
         return health
-    health.reachable, health.answered_at = True, now
+    # It answered: an earlier error is history, not its state (the page showed it as "Last error" for ever).
+    health.reachable, health.answered_at, health.last_error = True, now, ""
+    health.unavailable = {by_queue[q].slug: why for q, why in load.unavailable.items() if q in by_queue}
+    if cluster.last_error:
+        Cluster.objects.filter(pk=cluster.pk).update(last_error="")
     health.pending, health.running = load.pending, load.running
     health.free_nodes, health.total_nodes = load.free_nodes, load.total_nodes
     health.expected_start, health.per_queue = load.expected_start, dict(load.per_queue)

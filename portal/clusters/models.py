@@ -47,6 +47,8 @@ class Cluster(models.Model):
     # Where job directories go on the cluster, relative to the account's home (or absolute).
     work_root = models.CharField(max_length=255, default="kakehashi-jobs")
     enabled = models.BooleanField(default=True)
+    # Why it is switched off, where the portal switched it off (a cloud cluster torn down): pages say so.
+    disabled_reason = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     # What the tracker last heard: shown next to jobs, so a silent login node is not mistaken for idle jobs.
     last_contact_at = models.DateTimeField(null=True, blank=True)
@@ -202,6 +204,8 @@ class ClusterHealth(models.Model):
     total_nodes = models.PositiveIntegerField(null=True, blank=True)
     expected_start = models.DateTimeField(null=True, blank=True)  # when the last waiting job should start
     per_queue = models.JSONField(default=dict, blank=True)  # pending jobs by partition/queue
+    # Hardware (slug → why) whose queue cannot take a job now: not offered until the next check finds it back.
+    unavailable = models.JSONField(default=dict, blank=True)
 
     def __str__(self) -> str:
         return f"{self.cluster.slug}: {'reachable' if self.reachable else 'unreachable'} at {self.checked_at:%H:%M}"

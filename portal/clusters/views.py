@@ -4,20 +4,19 @@ cluster your projects use is doing."""
 from __future__ import annotations
 
 from django.contrib import messages
+from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import transaction
+from django.db.models import Q
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from backends.base import Reach
-from portal.audit.actions import record
 from portal.clusters import actions
-from portal.clusters.connect import kinds_reached
-from portal.clusters.forms import LinkAccountForm
+from portal.clusters.connect import kinds_reached, reach_of
+from portal.clusters.forms import LinkAccountForm, OperationsAccountForm
 from portal.clusters.models import Allocation, Cluster, ClusterAccount, IdentityMode
-from portal.enqueue import VERIFY_ACCOUNT, enqueue_on_commit
 from portal.ids import id_or_zero
 from portal.projects import access
 
@@ -58,10 +57,7 @@ def verify(request, slug: str):
     account = ClusterAccount.objects.filter(user=request.user, cluster__slug=slug).first()
     if account is None:
         raise Http404
-    with transaction.atomic():
-        ClusterAccount.objects.filter(pk=account.pk).update(last_error="checking…")
-        record("cluster_account.verify", actor=request.user, target=account, cluster=slug)
-        enqueue_on_commit(VERIFY_ACCOUNT, account.pk)
+    actions.request_verification(account, actor=request.user)
     messages.info(request, f"Checking the link to {account.cluster.name}…")
     return redirect("cluster-accounts")
 
@@ -81,7 +77,8 @@ def account_status(request, slug: str):
 def cluster_health(request):
     """Clusters: reachable or not, the last error, how busy — as the health beat last saw them (never asked here).
     Each person sees the clusters their projects are allocated; site staff see every cluster."""
-    clusters = Cluster.objects.filter(enabled=True)
+    # Switched off by the portal itself (a cloud cluster torn down) are shown too, with why: not silently gone.
+    clusters = Cluster.objects.filter(Q(enabled=True) | ~Q(disabled_reason=""))
     if not request.user.is_staff:
         projects = access.visible_projects(request.user)
         clusters = clusters.filter(pk__in=Allocation.objects.filter(project__in=projects).values("cluster_id"))
@@ -107,8 +104,50 @@ def project_clusters(request, slug: str):
             messages.success(request, f"Saved what {project.slug} uses on {allocation.cluster.name}.")
         return redirect("project-clusters", slug=project.slug)
     rows = []
+    # The project's dataset cache on each cluster (portal/storage/caches.py), for those who manage the project.
+    caches = {c.cluster_id: c for c in project.cluster_caches.all()} if can_manage else {}
     for allocation in allocations:
         unused = set(allocation.unused_hardware.values_list("pk", flat=True))
-        rows.append({"allocation": allocation,
+        cache = caches.get(allocation.cluster_id)
+        rows.append({"allocation": allocation, "cache": cache, "cache_limit": cache.limit if cache else None,
                      "hardware": [(hw, hw.pk not in unused) for hw in allocation.granted_hardware().order_by("name")]})
     return render(request, "clusters/project_clusters.html", {"project": project, "rows": rows, "can_manage": can_manage})
+
+
+@staff_member_required
+@require_POST
+def operations_set_up(request, slug: str):
+    """Site page → Health checks → Set up: the site's operations project on this cluster, with its service account
+    and a new key where the cluster is reached through one (docs/decisions/0036)."""
+    cluster = get_object_or_404(Cluster, slug=slug)
+    if not reach_of(cluster).uses_cluster_account:
+        actions.set_up_operations(cluster)
+        messages.success(request, f"Health checks on {cluster.name} now run in the site's operations project.")
+        return redirect("site-admin")
+    form = OperationsAccountForm(request.POST, prefix=cluster.slug)
+    if not form.is_valid():
+        messages.error(request, f"{cluster.name}: " + "; ".join(
+            f"{form.fields[name].label}: {error}" for name, errors in form.errors.items() for error in errors))
+        return redirect("site-admin")
+    try:
+        account, new = actions.set_up_service_account(cluster, form.cleaned_data["username"],
+                                                      group=form.cleaned_data["group"], actor=request.user)
+    except (actions.NotOperations, ValidationError) as exc:
+        messages.error(request, f"{cluster.name}: {'; '.join(getattr(exc, 'messages', [str(exc)]))}")
+        return redirect("site-admin")
+    if new:
+        messages.success(request, f"A key for {account.username} on {cluster.name} was created: install its public "
+                                  "key on the login node, then press Check the login.")
+    return redirect("site-admin")
+
+
+@staff_member_required
+@require_POST
+def operations_verify(request, slug: str):
+    """Check the operations account's login on the cluster (a worker does it: no web request reaches a cluster)."""
+    account = ClusterAccount.objects.filter(cluster__slug=slug, project__operations=True).first()
+    if account is None:
+        raise Http404
+    actions.request_verification(account, actor=request.user)
+    messages.info(request, f"Checking {account.username}'s login to {account.cluster.name}…")
+    return redirect("site-admin")

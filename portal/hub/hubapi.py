@@ -9,6 +9,7 @@ time.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import quote
 
 import requests
 from django.conf import settings
@@ -65,6 +66,18 @@ def user_for_token(token: str) -> HubUser:
 def list_users() -> list[dict]:
     """Every hub user (name, admin, last activity), with the service's own token (scope list:users)."""
     return _get("users", settings.KAKEHASHI_HUB_API_TOKEN)
+
+
+def user_model(name: str) -> dict:
+    """One hub user with their servers (each with its `last_activity`), with the service's own token."""
+    return _get(f"users/{quote(name, safe='')}", settings.KAKEHASHI_HUB_API_TOKEN)
+
+
+def service_request(method: str, path: str, *, timeout: float = TIMEOUT_SECONDS, **kwargs) -> requests.Response:
+    """A request to the hub's API as the portal's own service (its token; e.g. scope `servers` to start and remove
+    named servers). The caller reads the answer; requests' own exceptions pass through."""
+    return requests.request(method, api_url(path), timeout=timeout,
+                            headers={"Authorization": f"token {settings.KAKEHASHI_HUB_API_TOKEN}"}, **kwargs)
 
 
 def _get(path: str, token: str, refused_on: tuple[int, ...] = ()):

@@ -42,6 +42,18 @@ class SoftwareSelect(forms.Select):
         return option
 
 
+class ProjectOptions(forms.SelectMultiple):
+    """Each option says whose it is (data-project: the project's id), so the form offers only the chosen project's
+    (static/kakehashi.js hides the others when the project changes)."""
+
+    def create_option(self, name, value, label, selected, index, subindex=None, attrs=None):
+        option = super().create_option(name, value, label, selected, index, subindex=subindex, attrs=attrs)
+        instance = getattr(value, "instance", None)
+        if instance is not None:
+            option["attrs"]["data-project"] = str(instance.project_id)
+        return option
+
+
 class JobForm(forms.Form):
     project = forms.ModelChoiceField(queryset=Project.objects.none(), empty_label=None)
     name = forms.CharField(
@@ -83,7 +95,7 @@ class JobForm(forms.Form):
     # A notebook already read (a refused submit, a clone): kept so that nothing has to be chosen again.
     notebook_json = forms.CharField(required=False, widget=forms.HiddenInput)
     datasets = forms.ModelMultipleChoiceField(
-        queryset=Dataset.objects.none(), required=False, label="Datasets",
+        queryset=Dataset.objects.none(), required=False, label="Datasets", widget=ProjectOptions,
         help_text="Optional: data of the project the job reads at $KAKEHASHI_DATA/<name> (staged to the cluster before "
                   "it is queued; a copy already there is not sent again).",
     )

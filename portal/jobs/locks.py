@@ -1,7 +1,7 @@
 """Every row lock taken on jobs, by name, in primary-key order (Saleor's `lock_objects.py` shape).
 
 The lock order, everywhere: a job's row (a sweep's rows in pk order) first, then its project's budget row
-(portal/budgets/locks.py). `transitions.transition` settles money while it holds the job, so code that holds a
+(portal/budgets/locks.py). `transitions.apply` settles money while it holds the job, so code that holds a
 budget row never waits for a job; two transactions taking rows in this order cannot deadlock. Call inside a
 transaction.
 """
@@ -67,13 +67,13 @@ def dispatched(job_ids: Sequence[int]) -> list[Job]:
                 .filter(pk__in=list(job_ids)).order_by("pk"))
 
 
-# What a tracking cycle's decisions and transitions read and write of a job (tracking.py, transitions.
-# transition_each): the rest (scripts, notebooks, 40 more columns) would be most of a 10,000-job cycle's CPU.
+# What a tracking cycle's decisions and transitions read and write of a job (tracking.py, transitions.apply): the rest (scripts, notebooks, 40 more columns) would be most of a 10,000-job cycle's CPU.
 # A field missing here is read by one query per job: tests/jobs/test_tracking_scale.py would count them.
 TRACKING_FIELDS = (
     "id", "state", "state_reason", "updated_at", "started_at", "ended_at", "exit_code", "exit_signal", "elapsed_seconds",
-    "cost_amount", "last_seen_at", "submitted_at", "cancel_requested_at", "cancel_reason", "scheduler_id", "template", "nodes",
-    "user", "project", "name",  # the owner is told of an ending (portal/notifications: jobs_ended)
+    "cost_amount", "last_seen_at", "submitted_at", "cancel_requested_at", "cancel_reason", "cancel_cause", "scheduler_id",
+    "template", "nodes",
+    "user", "project", "name", "kind", "group",  # the owner is told of an ending, a sweep's once (portal/jobs/notices.py)
     "estimate_unit", "hardware", "hardware__rate", "hardware__rate_unit",
 )
 
@@ -94,7 +94,7 @@ def group_jobs(group_id: int, *, submitting_only: bool = False) -> list[Job]:
 
 def job_if_present(job_id: int) -> Job | None:
     """One job's row alone, or None if it is gone: what a compare-and-swap reads before it moves the job
-    (transitions.transition_if on SQLite)."""
+    (transitions' portable compare-and-swap, on SQLite)."""
     return Job.objects.select_for_update().filter(pk=job_id).first()
 
 

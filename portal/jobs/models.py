@@ -6,23 +6,10 @@ from django.conf import settings
 from django.db import models
 
 from portal.budgets.actions import Money
+from portal.job_states import ACTIVE_STATES, FINAL_STATES, JobState  # noqa: F401  (re-exported: the jobs app's own vocabulary)
+from portal.jobs.causes import Cause
 from portal.jobs.outcome import exit_text
 
-
-class JobState(models.TextChoices):
-    QUEUED = "queued", "Queued"  # recorded by the portal, waiting for a worker to submit it
-    SUBMITTING = "submitting", "Submitting"  # a worker is handing it to the scheduler
-    PENDING = "pending", "Pending"  # the scheduler has it, waiting for nodes
-    RUNNING = "running", "Running"
-    COMPLETED = "completed", "Completed"
-    FAILED = "failed", "Failed"
-    CANCELLED = "cancelled", "Cancelled"
-    TIMED_OUT = "timed_out", "Timed out"
-    LOST = "lost", "Lost"  # neither the queue nor accounting knows it: flagged for a person to look at
-
-
-FINAL_STATES = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMED_OUT})
-ACTIVE_STATES = frozenset({JobState.QUEUED, JobState.SUBMITTING, JobState.PENDING, JobState.RUNNING, JobState.LOST})
 # States in which the scheduler knows the job and the tracker must ask about it.
 TRACKED_STATES = frozenset({JobState.PENDING, JobState.RUNNING, JobState.LOST})
 
@@ -60,6 +47,8 @@ class Job(models.Model):
     class Kind(models.TextChoices):
         SCRIPT = "script", "Script"
         NOTEBOOK = "notebook", "Notebook"
+        # An interactive JupyterLab on the allocation's first node, opened through the hub (portal/sessions/).
+        SESSION = "session", "Session"
 
     uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     project = models.ForeignKey("projects.Project", on_delete=models.PROTECT, related_name="jobs")
@@ -125,6 +114,9 @@ class Job(models.Model):
     # Who or what asked for the cancel and why ("cancelled by alice", the strict budget's figures): the job's
     # final reason, whatever words the scheduler's accounting uses for the kill.
     cancel_reason = models.TextField(blank=True)
+    # Which of them (portal/jobs/causes.py: the owner, a project admin, the budget, the reconciler): the cause its
+    # ending carries once the scheduler has stopped it, which is what its owner is told.
+    cancel_cause = models.CharField(max_length=24, choices=Cause.choices, blank=True)
     # A submit attempt holds the job until this time; another attempt may only take over after it.
     dispatch_lease_until = models.DateTimeField(null=True, blank=True)
     dispatch_attempts = models.PositiveIntegerField(default=0)
@@ -202,13 +194,17 @@ class Job(models.Model):
 
 
 class JobEvent(models.Model):
-    """One state transition, with when and why."""
+    """Something that happened to a job (a state change, or a note that changes none): when, why (`cause`, what
+    readers switch on), in words for people (`reason`), with its evidence (`data`) and who did it (`actor`).
+    Written only by portal/jobs/transitions.py, from the events of portal/jobs/events.py."""
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
     from_state = models.CharField(max_length=12, blank=True)
     to_state = models.CharField(max_length=12)
     at = models.DateTimeField(auto_now_add=True)
+    cause = models.CharField(max_length=24, choices=Cause.choices, default=Cause.OTHER)
     reason = models.TextField(blank=True)
+    data = models.JSONField(default=dict, blank=True)
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
 
     class Meta:
@@ -216,6 +212,23 @@ class JobEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id}: {self.from_state or '∅'} → {self.to_state}"
+
+    @property
+    def who(self) -> str:
+        """Who or what did it, as the job's history says: the person, or what acted for the cause."""
+        if self.actor_id is not None:
+            return str(self.actor)
+        cause = (self.data or {}).get("by", "") if self.cause == Cause.CANCEL_REQUESTED else self.cause
+        return EVENT_SOURCES.get(cause, "Kakehashi")
+
+
+# Who or what writes an event of each cause when no person did (JobEvent.who).
+EVENT_SOURCES = {
+    Cause.SCHEDULER: "the scheduler", Cause.ACCOUNTING: "the scheduler's accounting", Cause.WALLTIME: "the scheduler",
+    Cause.CANCELLED_OUTSIDE: "someone on the cluster", Cause.CANCELLED_BY_BUDGET: "the project's strict budget",
+    Cause.RECONCILER: "the cloud reconciler", Cause.IDLE_WARNED: "the idle-GPU rule",
+    Cause.CANCELLED_IDLE: "the idle-GPU rule",
+}
 
 
 class JobGroup(models.Model):
@@ -237,6 +250,8 @@ class JobGroup(models.Model):
     rendered_script = models.TextField(blank=True, help_text="the array's job script, which its elements share")
     # The API's Idempotency-Key, or the form's draft id: the same sweep asked for twice is recorded once.
     idempotency_key = models.CharField(max_length=128, null=True, blank=True)
+    # When its owner was told that every point had ended (once, however the last points end: portal/jobs/notices.py).
+    ended_told_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-id"]

@@ -26,6 +26,55 @@ SANDBOX_POLICY = ("sandbox; default-src 'none'; style-src 'unsafe-inline'; img-s
 _FONT_FACE = re.compile(r"@font-face\s*\{[^{}]*\}")
 
 
+# Files sent beside a notebook (a utils.py it imports, a small CSV it reads): base64 under the notebook's metadata,
+# {"kakehashi": {"files": {"utils.py": "<base64>", "data/labels.csv": "..."}}}. They travel with the job, bounded by
+# the notebook's size limit, and land next to notebook.ipynb in the job's directory (papermill's working directory);
+# the notebook written there, and the executed one, no longer carry them.
+FILES_KEY = "kakehashi"
+MAX_SIDE_FILES = 100
+_SIDE_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+_RESERVED = {"notebook.ipynb", "parameters.json", "payload.sh", "job.sh", "run.sh", "outputs", "scheduler-id"}
+
+
+def side_files(notebook: Any) -> dict[str, bytes]:
+    """The files sent beside the notebook, decoded, or NotebookError saying which one cannot be."""
+    import base64
+    import binascii
+
+    meta = notebook.get("metadata") if isinstance(notebook, dict) else None
+    carried = meta.get(FILES_KEY) if isinstance(meta, dict) else None
+    files = carried.get("files") if isinstance(carried, dict) else None
+    if files is None:
+        return {}
+    if not isinstance(files, dict):
+        raise NotebookError("metadata.kakehashi.files must map each file's path beside the notebook to its base64")
+    if len(files) > MAX_SIDE_FILES:
+        raise NotebookError(f"{len(files)} files were sent beside the notebook: at most {MAX_SIDE_FILES} may be")
+    decoded = {}
+    for path, content in files.items():
+        parts = path.split("/") if isinstance(path, str) else []
+        if not parts or len(parts) > 8 or not all(_SIDE_PART.fullmatch(p) and p not in {".", ".."} for p in parts):
+            raise NotebookError(f"{str(path)[:80]!r} cannot be sent beside the notebook: use a relative path of "
+                                "letters, digits, '.', '_' and '-' (folders with '/')")
+        if parts[0] in _RESERVED:
+            raise NotebookError(f"{path} cannot be sent beside the notebook: the job's directory has its own {parts[0]}")
+        try:
+            decoded[path] = base64.b64decode(content if isinstance(content, str) else "", validate=True)
+        except (binascii.Error, ValueError):
+            raise NotebookError(f"{path}: its content is not base64") from None
+    return decoded
+
+
+def without_side_files(notebook: dict[str, Any]) -> dict[str, Any]:
+    """The notebook as papermill is given it: without the files sent beside it."""
+    meta = notebook.get("metadata") or {}
+    if FILES_KEY not in meta:
+        return notebook
+    carried = {k: v for k, v in meta[FILES_KEY].items() if k != "files"} if isinstance(meta[FILES_KEY], dict) else {}
+    rest = {k: v for k, v in meta.items() if k != FILES_KEY}
+    return {**notebook, "metadata": {**rest, **({FILES_KEY: carried} if carried else {})}}
+
+
 class NotebookError(ValueError):
     """A notebook (or its parameters) that cannot run as asked; the message says what to change."""
 

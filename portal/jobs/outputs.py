@@ -140,9 +140,11 @@ def collect_artifacts(job: Job) -> list[JobArtifact]:
             locks.job_row(job.pk)
             if job.artifacts.exists():
                 return list(job.artifacts.all())
+            # Bookkeeping (no state, no event, no `updated_at`): what the job reported, what did not come back.
+            found = {"outputs_not_collected": copied.not_collected}
             if copied.metrics is not None:
-                transitions.record_metrics(job, copied.metrics)
-            transitions.record_outputs_not_collected(job, copied.not_collected)
+                found["metrics"] = copied.metrics
+            transitions.update([job], stamp=False, **found)
             return JobArtifact.objects.bulk_create(copied.artifacts)
     finally:
         cache.delete(claim)

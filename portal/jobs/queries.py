@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 
 from django.db.models import Count, Max, Q, QuerySet, Sum
 
-from portal.jobs.models import FINAL_STATES, Job, JobState
+from portal.jobs.models import FINAL_STATES, Job, JobGroup, JobState
 from portal.projects import access
+from portal.storage.actions import job_output_url, open_job_output
 
 
 def visible_jobs(user) -> QuerySet[Job]:
@@ -22,6 +24,29 @@ def visible_jobs(user) -> QuerySet[Job]:
     if getattr(user, "is_staff", False) and getattr(user, "is_authenticated", False):
         return jobs.all()
     return jobs.filter(project_id__in=list(access.visible_projects(user).values_list("pk", flat=True)))
+
+
+def job_for(user, pk: object) -> Job | None:
+    """The job `pk` if `user` may see it, else None: the one lookup of a job for pages (404) and the API
+    (NotFound), so both refuse the same jobs the same way."""
+    try:
+        pk = int(pk)
+    except (TypeError, ValueError):
+        return None
+    return visible_jobs(user).filter(pk=pk).first()
+
+
+def visible_sweeps(user) -> QuerySet[JobGroup]:
+    return JobGroup.objects.filter(project__in=access.visible_projects(user))
+
+
+def sweep_for(user, pk: object) -> JobGroup | None:
+    """The sweep `pk` if `user` may see it, else None (pages and the API, as `job_for`)."""
+    try:
+        pk = int(pk)
+    except (TypeError, ValueError):
+        return None
+    return visible_sweeps(user).filter(pk=pk).first()
 
 
 @dataclass
@@ -73,3 +98,28 @@ def sweep_totals(jobs: QuerySet[Job]) -> SweepTotals:
         estimate=sum((row["estimate"] or zero for row in rows), zero),
         unit=next((row["unit"] for row in rows if row["unit"]), ""),
     )
+
+
+@dataclass(frozen=True)
+class OutputDownload:
+    """How a copied output file of a job reaches whoever asked: a presigned GET of the object store (`url`: the
+    bytes never pass through the portal, Range works), or, where files live on the portal's own disk (`make run`),
+    a stream the view opens."""
+
+    filename: str
+    url: str | None
+    open: Callable[[], object]
+
+
+def output_download(job: Job, artifact_id: object) -> OutputDownload | None:
+    """The job's copied output `artifact_id` (the caller found the job with `job_for`), or None if it has no such
+    output in the portal (too large ones stay on the cluster). The job page and the API both answer with it."""
+    try:
+        artifact = job.artifacts.filter(pk=int(artifact_id)).exclude(stored_name="").first()
+    except (TypeError, ValueError):
+        return None
+    if artifact is None:
+        return None
+    filename = artifact.path.rsplit("/", 1)[-1]
+    stored = artifact.stored_name
+    return OutputDownload(filename, job_output_url(stored, filename), lambda: open_job_output(stored))

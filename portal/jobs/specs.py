@@ -6,10 +6,13 @@ import json
 import uuid as uuid_mod
 from dataclasses import replace
 
+from django.conf import settings
+
 from backends.base import ArrayElement, JobSpec, Launcher, Resources
 from portal.catalog import job_templates
 from portal.clusters.connect import job_dir
 from portal.clusters.models import Allocation, Cluster
+from portal.jobs import notebooks
 
 
 def scheduler_name(job_uuid: uuid_mod.UUID, name: str) -> str:
@@ -70,8 +73,15 @@ def build_spec(job, *, group: str | None = None) -> JobSpec:
     if template is not None:
         files.update(template.file_contents())
     if job.kind == job.Kind.NOTEBOOK and job.notebook is not None:
-        files["notebook.ipynb"] = json.dumps(job.notebook).encode()
+        # The files sent beside it (a utils.py, a small CSV) land next to it, in papermill's working directory.
+        files.update(notebooks.side_files(job.notebook))
+        files["notebook.ipynb"] = json.dumps(notebooks.without_side_files(job.notebook)).encode()
     files |= _parameter_files(job)
+    if job.kind == job.Kind.SESSION and job.pk is not None:
+        # An interactive session's launcher and the hub's variables for its server (portal/sessions/models.py).
+        session = getattr(job, "session", None)
+        if session is not None:
+            files |= session.launch_files()
     return JobSpec(
         name=name,
         payload=payload,
@@ -89,7 +99,18 @@ def build_spec(job, *, group: str | None = None) -> JobSpec:
         files=files,
         labels={"project": job.project.slug, "job": job.uuid.hex, "user": job.user.username},
         datasets=tuple(sorted(d.name for d in attached_datasets(job))),
+        **sampler_of(job.cluster),
     )
+
+
+def sampler_of(cluster: Cluster) -> dict:
+    """The sampler every job of `cluster` runs (docs/guide/idle-gpus.md): the site's interval, which a cluster's
+    options may change ({"sample_seconds": 60}, 0 for none), and the nvidia-smi it asks ({"nvidia_smi": path}:
+    a site's own path, or the test cluster's stand-in)."""
+    options = cluster.options or {}
+    seconds = options.get("sample_seconds", settings.KAKEHASHI_SAMPLE_SECONDS)
+    return {"sample_seconds": seconds if isinstance(seconds, int) and not isinstance(seconds, bool) else 0,
+            "nvidia_smi": str(options.get("nvidia_smi") or "nvidia-smi")}
 
 
 def build_array_spec(jobs, name: str, workdir: str) -> JobSpec:

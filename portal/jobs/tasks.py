@@ -15,7 +15,9 @@ from django.core.cache import cache
 from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
-from portal.jobs import actions, outputs, tracking
+from portal.jobs import outputs, tracking
+from portal.jobs.actions.cancel import cancel_on_scheduler
+from portal.jobs.actions.dispatch import dispatch_job, recover_stale_jobs
 from portal.jobs.models import TRACKED_STATES, Job, JobState
 
 log = logging.getLogger(__name__)
@@ -39,7 +41,7 @@ def dispatch_job_task(self, job_id: int) -> str:
             # along what is queued for the same account, so this job is usually gone by then.
             dispatch_job_task.apply_async((job_id,), countdown=settings.KAKEHASHI_SLOT_RETRY_SECONDS)
             return "deferred"
-        outcome = actions.dispatch_job(job_id)
+        outcome = dispatch_job(job_id)
     if outcome.status == "retry":
         # Login node unreachable or scheduler hiccup: back off (5 s, 10 s, … up to 5 min) and try again.
         delay = min(5 * 2 ** min(self.request.retries, 6), 300)
@@ -93,7 +95,7 @@ def track_all_clusters_task() -> list[int]:
 
 @shared_task
 def recover_stale_jobs_task() -> list[int]:
-    return actions.recover_stale_jobs()
+    return recover_stale_jobs()
 
 
 @shared_task(bind=True, max_retries=5, retry_while_database_away=True)
@@ -105,7 +107,7 @@ def cancel_job_task(self, job_id: int) -> str:
             cancel_job_task.apply_async((job_id,), countdown=settings.KAKEHASHI_SLOT_RETRY_SECONDS)
             return "deferred"
         try:
-            return actions.cancel_on_scheduler(job_id)
+            return cancel_on_scheduler(job_id)
         except (OperationalError, InterfaceError):
             raise  # the database is away: waited out by the task's base (workers/database_outage.py), not counted
         except Exception as exc:  # noqa: BLE001 - any transport trouble: retry, the request is on record

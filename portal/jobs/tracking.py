@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import uuid as uuid_mod
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,12 +20,12 @@ from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
+from backends import backend_class
 from backends.base import BackendError, JobRecord, JobStatus, State, TransportError
 from portal.clusters.connect import NoClusterAccount, account_for, backend_for, monitor_account
 from portal.clusters.models import Cluster
 from portal.jobs import events, locks, transitions
 from portal.jobs.models import FINAL_STATES, TRACKED_STATES, Job, JobState
-from portal.jobs.outcome import exit_text
 from portal.projects.models import Project
 
 logger = logging.getLogger(__name__)
@@ -91,12 +92,14 @@ class Tracked:
     user_id: int
     project_id: int
     submitted_at: datetime | None
+    state_reason: str = ""
 
 
 def tracked_jobs(cluster: Cluster) -> list[Tracked]:
     """The cluster's jobs the scheduler knows and the tracker must ask about, in pk order."""
     rows = (Job.objects.filter(cluster=cluster, state__in=TRACKED_STATES).exclude(scheduler_id="").order_by("pk")
-            .values_list("pk", "scheduler_id", "state", "uuid", "user_id", "project_id", "submitted_at"))
+            .values_list("pk", "scheduler_id", "state", "uuid", "user_id", "project_id", "submitted_at",
+                         "state_reason"))
     return [Tracked(*row) for row in rows]
 
 
@@ -113,13 +116,15 @@ def apply_answers(cluster: Cluster, jobs: list[Tracked], statuses: dict[str, Job
     10,000 jobs)."""
     now = timezone.now()
     Cluster.objects.filter(pk=cluster.pk).update(last_contact_at=now, last_error="")
+    # How a cancel made on this cluster outside the portal is named in a job's history ("scancel by root").
+    program = backend_class(cluster.kind).cancel_program
     decisions: dict[int, tuple[str, Decision]] = {}
     stuck = []
     for job in jobs:
         status = statuses.get(job.scheduler_id)
         record_ = records.get(job.scheduler_id)
         if record_ is not None:
-            decisions[job.pk] = ("finished", partial(_finished, rec=record_))
+            decisions[job.pk] = ("finished", partial(_finished, rec=record_, program=program))
         elif status is not None and status.state.is_final:
             # The queue says it ended but accounting has no record (yet, or none is configured). A stuck entry
             # ends at once: it never ran, so there is no exit code or time to wait for, and it blocks the queue.
@@ -127,7 +132,7 @@ def apply_answers(cluster: Cluster, jobs: list[Tracked], statuses: dict[str, Job
                 report.awaiting_accounting += 1
                 continue
             fallback = JobRecord(job.scheduler_id, status.state, status.exit_code, reason=status.reason)
-            decisions[job.pk] = ("finished", partial(_finished, rec=fallback))
+            decisions[job.pk] = ("finished", partial(_finished, rec=fallback, program=program))
         elif status is not None:
             if job.state != _STATE_MAP[status.state]:
                 decisions[job.pk] = ("changed", partial(_seen, expected=job.state, new=_STATE_MAP[status.state],
@@ -140,8 +145,29 @@ def apply_answers(cluster: Cluster, jobs: list[Tracked], statuses: dict[str, Job
         setattr(report, kind, getattr(report, kind) + 1)
     for job_id in stuck:
         report.removed += remove_stuck_entry(job_id)
-    transitions.mark_seen([job.pk for job in jobs if job.scheduler_id in statuses or job.scheduler_id in records], now)
+    # A waiting job says why it waits and, where the scheduler predicts it (Slurm's backfill plan), when it should
+    # start: what a session's page and the hub's spawn page show meanwhile. Written when it changes, one UPDATE per
+    # distinct wording.
+    expected: dict[str, list[int]] = defaultdict(list)
+    for job in jobs:
+        status = statuses.get(job.scheduler_id)
+        if job.pk not in decisions and job.state == JobState.PENDING and status is not None and (
+                status.reason or status.expected_start) and (words := waiting_words(status)) != job.state_reason:
+            expected[words].append(job.pk)
+    for words, ids in expected.items():
+        transitions.update(ids, where={"state": JobState.PENDING}, stamp=False, state_reason=words)
+    # Bookkeeping: when the scheduler last knew each job (what tells a quiet job from a lost one).
+    transitions.update([job.pk for job in jobs if job.scheduler_id in statuses or job.scheduler_id in records],
+                       stamp=False, last_seen_at=now)
     return report
+
+
+def waiting_words(status: JobStatus) -> str:
+    """"Resources; expected to start 2026-11-27 04:10 UTC" (the scheduler's reason, then its prediction)."""
+    if status.expected_start is None:
+        return status.reason
+    when = f"expected to start {status.expected_start:%Y-%m-%d %H:%M} UTC"
+    return f"{status.reason}; {when}" if status.reason else when
 
 
 # What to do with a job, decided on its locked (fresh) row: a move, or None to leave it as it is.
@@ -162,7 +188,7 @@ def _apply(decisions: dict[int, tuple[str, Decision]]) -> list[str]:
             if move is not None:
                 kinds.append(kind)
                 moves.append(move)
-        transitions.transition_each(moves)
+        transitions.apply(moves)
     return kinds
 
 
@@ -195,32 +221,29 @@ def _seen(job: Job, *, expected: str, new: str, reason: str) -> transitions.Move
     fields = {}
     if new == JobState.RUNNING and job.started_at is None:
         fields["started_at"] = timezone.now()
-    return transitions.Move(job, new, reason or "seen by the scheduler", fields)
+    return transitions.Move(job, new, events.seen(new, reason), fields)
 
 
-def finish_job(job_id: int, rec: JobRecord) -> bool:
-    return bool(_apply({job_id: ("finished", partial(_finished, rec=rec))}))
+def finish_job(job_id: int, rec: JobRecord, *, program: str = "") -> bool:
+    return bool(_apply({job_id: ("finished", partial(_finished, rec=rec, program=program))}))
 
 
-def _finished(job: Job, *, rec: JobRecord) -> transitions.Move | None:
+def _finished(job: Job, *, rec: JobRecord, program: str) -> transitions.Move | None:
     if job.state in FINAL_STATES:
         return None
     new = _STATE_MAP[rec.state]
-    reason = rec.reason or {
-        JobState.COMPLETED: "completed",
-        JobState.FAILED: exit_text(rec.exit_code, rec.signal) or "failed",
-        JobState.CANCELLED: "cancelled",
-        JobState.TIMED_OUT: "walltime exceeded",
-    }[new]
     if job.cancel_requested_at and new in {JobState.FAILED, JobState.CANCELLED}:
-        # Who or what asked and why, not the scheduler's "cancelled by 1001" (a uid) or "exit code 143".
-        new, reason = JobState.CANCELLED, job.cancel_reason or "cancelled by request"
+        # Who or what asked and why (the cancel's own cause), not the scheduler's "cancelled by 1001" (a uid) or
+        # "exit code 143".
+        new, event = JobState.CANCELLED, events.cancelled_as_asked(job.cancel_cause, job.cancel_reason, rec)
+    else:
+        event = events.ended(new, rec, cancel_program=program)
     started = rec.started_at or job.started_at
     ended = rec.ended_at or timezone.now()
     elapsed = rec.elapsed_seconds
     if elapsed is None and started is not None:
         elapsed = max(int((ended - started).total_seconds()), 0)
-    return transitions.Move(job, new, reason, {"exit_code": rec.exit_code, "exit_signal": rec.signal,
+    return transitions.Move(job, new, event, {"exit_code": rec.exit_code, "exit_signal": rec.signal,
                                                "started_at": started, "ended_at": ended,
                                                "elapsed_seconds": elapsed})
 
@@ -236,13 +259,11 @@ def _silent(job: Job, *, now) -> transitions.Move | None:
     last = job.last_seen_at or job.submitted_at or job.updated_at
     if job.cancel_requested_at and (now - job.cancel_requested_at).total_seconds() > 5:
         # Schedulers keep no accounting for a job deleted while it waited (SGE, for one): that is our cancel.
-        return transitions.Move(job, JobState.CANCELLED,
-                                f"{job.cancel_reason or 'cancelled by request'} (the scheduler keeps no record)",
-                                {"ended_at": now})
+        return transitions.Move(job, JobState.CANCELLED, events.cancelled_as_asked(
+            job.cancel_cause, job.cancel_reason, note=" (the scheduler keeps no record)"), {"ended_at": now})
     if last and (now - last).total_seconds() < settings.KAKEHASHI_LOST_AFTER_SECONDS:
         return None
-    return transitions.Move(
-        job, JobState.LOST, "neither the scheduler's queue nor its accounting knows this job; an admin should check it")
+    return transitions.Move(job, JobState.LOST, events.lost())
 
 
 def remove_stuck_entry(job_id: int) -> int:
@@ -260,7 +281,7 @@ def remove_stuck_entry(job_id: int) -> int:
         backend_for(job.cluster, account_for(job.cluster, job.user, job.project)).cancel(job.scheduler_id)
     except (BackendError, TransportError, NoClusterAccount) as exc:
         logger.warning("could not delete stuck scheduler job %s of job %s: %s", job.scheduler_id, job.pk, exc)
-        events.noted(job, f"still in the scheduler's queue in an error state; deleting it failed: {exc}")
+        transitions.note(job, events.stuck_entry_not_deleted(str(exc)))
         return 0
-    events.noted(job, "deleted from the scheduler's queue, where it was stuck in an error state")
+    transitions.note(job, events.stuck_entry_deleted())
     return 1

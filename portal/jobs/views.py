@@ -8,6 +8,7 @@ the job's URLs map onto this one file.
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import timedelta
 
 from django.conf import settings
@@ -16,7 +17,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import FileResponse, Http404, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.clickjacking import xframe_options_sameorigin
@@ -25,16 +26,26 @@ from django.views.decorators.http import require_POST
 from portal.catalog import job_templates, places
 from portal.catalog import queries as catalog
 from portal.ids import id_or_zero
-from portal.jobs import actions, listing, notebooks, outputs
-from portal.jobs.actions import format_walltime
+from portal.jobs import listing, notebooks, outputs
+from portal.jobs.actions.cancel import (
+    CancelError,
+    may_cancel,
+    request_cancel,
+    request_cancel_many,
+    request_cancel_sweep,
+)
+from portal.jobs.actions.submit import edit_for_clone, prepare_job, submit_job
+from portal.jobs.actions.sweeps import points_to_rerun, rerun_failed, submit_sweep
+from portal.jobs.actions.validation import JobRequest, SubmitError, format_walltime
 from portal.jobs.forms import PARAM_PREFIX, JobForm
 from portal.jobs.models import Job, JobGroup, JobState
 from portal.jobs.outputs import request_output_refresh
-from portal.jobs.queries import sweep_totals, visible_jobs
+from portal.jobs.queries import job_for, output_download, sweep_for, sweep_totals, visible_jobs
 from portal.jobs.sweep_table import parameter_text, sweep_table
 from portal.projects import access
-from portal.storage.actions import job_output_url, open_job_output
+from portal.storage.actions import open_job_output
 from portal.storage.models import Dataset, DatasetState
+from portal.storage.pins import pinned_data
 from portal.storage.queries import visible_files
 
 # htmx stops polling when a response has this status.
@@ -45,7 +56,10 @@ OUTPUTS_PAGE = 100  # a job's output files a page shows (a job may leave 10,000:
 
 
 def _job_or_404(user, pk: int) -> Job:
-    return get_object_or_404(visible_jobs(user), pk=pk)
+    job = job_for(user, pk)
+    if job is None:
+        raise Http404("No such job in your projects")
+    return job
 
 
 @login_required
@@ -60,7 +74,7 @@ def job_list(request):
         "page": page, "filters": filters, "states": JobState.choices, "projects": projects, "clusters": clusters,
         "next_query": urlencode(filters.query(after=page.next_after, size=page.size)) if page.next_after else "",
         "first_query": urlencode(filters.query(size=page.size)) if after else "",
-        "here": request.get_full_path(),
+        "here": request.get_full_path(), "page_sizes": listing.PAGE_SIZES,
     })
 
 
@@ -69,7 +83,7 @@ def job_list(request):
 def job_bulk_cancel(request):
     """Cancel the ticked jobs the user may cancel; the others are named, nothing else happens to them."""
     ids = [int(v) for v in request.POST.getlist("job") if v.isdigit()][:listing.PAGE_SIZES[-1]]
-    result = actions.request_cancel_many(request.user, ids, visible_jobs(request.user))
+    result = request_cancel_many(request.user, ids, visible_jobs(request.user))
     if result.cancelled:
         messages.success(request, f"Cancelling {len(result.cancelled)} job(s): "
                                   + ", ".join(job.name for job in result.cancelled) + ".")
@@ -86,7 +100,7 @@ def job_bulk_cancel(request):
 
 def _form(request, data=None, initial=None, files=None) -> JobForm:
     projects = catalog.submittable_projects(request.user)
-    return JobForm(
+    form = JobForm(
         data,
         files,
         initial=initial or {},
@@ -98,32 +112,25 @@ def _form(request, data=None, initial=None, files=None) -> JobForm:
         datasets=Dataset.objects.filter(project__in=projects, state=DatasetState.READY).select_related(
             "project", "stored_file", "cluster"),
     )
+    # Which projects may use each hardware type (their ids, space-separated): the form offers only the chosen
+    # project's, and a choice made for another project is dropped when the project changes.
+    users: dict[int, list[str]] = {}
+    for project_id, hardware in sorted(catalog.hardware_by_project(projects[:MAX_FORM_PROJECTS]).items()):
+        for pk in hardware:
+            users.setdefault(pk, []).append(str(project_id))
+    form.hardware_projects = {pk: " ".join(ids) for pk, ids in users.items()}
+    return form
 
 
-def _request_from(form: JobForm, user) -> actions.JobRequest:
+MAX_FORM_PROJECTS = 50  # a person in more projects than this gets every hardware type offered (and checked at Run)
+
+
+def _request_from(form: JobForm, user) -> JobRequest:
     data = form.cleaned_data
     chosen = list(data.get("datasets") or [])
     if any(d.project_id != data["project"].pk for d in chosen):
-        raise actions.SubmitError("choose datasets of the job's own project", field="datasets")
-    return actions.JobRequest(
-        project=data["project"],
-        name=data["name"],
-        script=data["script"],
-        hardware=data["hardware"],
-        software=data.get("software"),
-        nodes=data["nodes"],
-        walltime=data["walltime"],
-        launcher=data["launcher"],
-        procs_per_node=data.get("procs_per_node") or 0,
-        template=data.get("template") or "",
-        working_directory=data.get("working_directory") or "",
-        env=data.get("env") or {},
-        edited_script=data.get("edited_script") or None,
-        uuid=data.get("draft"),
-        notebook=data.get("notebook"),
-        parameters=data.get("parameters") or {},
-        datasets=[d.name for d in chosen],
-    )
+        raise SubmitError("choose datasets of the job's own project", field="datasets")
+    return JobRequest.from_data(data, uuid=data.get("draft"), datasets=[d.name for d in chosen])
 
 
 def _notebook_context(form: JobForm) -> dict:
@@ -166,6 +173,12 @@ def _initial(request) -> tuple[dict, list[str]]:
             )
             if source.notebook is not None:
                 initial.update(notebook_json=json.dumps(source.notebook), parameters=source.parameters or {})
+            initial["draft"] = uuid.uuid4()
+            if (edit := edit_for_clone(source, initial["draft"])) is not None:
+                # The clone is the same job: its script's advanced edit too, under the clone's own names.
+                initial["edited_script"] = edit
+                notices.append("The job's script was edited (Advanced): the clone carries the edit. If you change "
+                               "the form, the preview says whether the edit still fits.")
             if source.hardware is not None:
                 why = catalog.why_not_usable(source.hardware, source.project)
                 if why:
@@ -200,15 +213,15 @@ def job_new(request):
             try:
                 job_request = _request_from(form, request.user)
                 if form.cleaned_data.get("sweep"):
-                    sweep = actions.submit_sweep(request.user, job_request, form.cleaned_data["sweep"])
+                    sweep = submit_sweep(request.user, job_request, form.cleaned_data["sweep"])
                     how = " as one scheduler array" if sweep.array else ""
                     # Flash messages say what the researcher did, never a state: they stay on the page while the
                     # live status below moves on, and "is queued" beside a Completed badge would be false.
                     messages.success(request, f"You submitted sweep {sweep.group.name}: {len(sweep.submissions)} jobs{how}. "
                                               "Their states below follow the scheduler live.")
                     return redirect("job-group", pk=sweep.group.pk)
-                submission = actions.submit_job(request.user, job_request)
-            except actions.SubmitError as exc:
+                submission = submit_job(request.user, job_request)
+            except SubmitError as exc:
                 form.add_error(exc.field if exc.field in form.fields else None, exc.message)
             except PermissionDenied as exc:
                 form.add_error("project", str(exc))
@@ -222,7 +235,16 @@ def job_new(request):
     else:
         initial, notices = _initial(request)
         form = _form(request, initial=initial)
-    context = {"form": form, "notices": notices, **catalog.picker_context(request.user, form), **_notebook_context(form)}
+        if not form.fields["project"].queryset.exists():
+            # A viewer (of every project they are in) may look but not submit: no form that can only fail.
+            return render(request, "jobs/new_not_allowed.html", {"viewing": access.visible_projects(request.user)})
+        wanted = request.GET.get("project", "")
+        if wanted and initial.get("project") is not None and not form.fields["project"].queryset.filter(
+                pk=initial["project"].pk).exists():
+            notices.append(f"You may not submit jobs in {initial['project'].name}: you are a viewer there. "
+                           "Choose one of your other projects, or ask its owners for the member role.")
+    context = {"form": form, "notices": notices, **catalog.picker_context(request.user, form), **_notebook_context(form),
+               "template_limits": catalog.host_template_limits(form.fields["hardware"].queryset)}
     return render(request, "jobs/new.html", context)
 
 
@@ -246,32 +268,34 @@ def job_preview(request):
         try:
             job_request = _request_from(form, request.user)
             if form.cleaned_data.get("sweep"):
-                sweep = actions.submit_sweep(request.user, job_request, form.cleaned_data["sweep"], dry_run=True)
+                sweep = submit_sweep(request.user, job_request, form.cleaned_data["sweep"], dry_run=True)
                 prepared = sweep.submissions[0]
                 context["sweep_count"] = len(sweep.submissions)
                 context["sweep_array"] = sweep.array
                 prepared.estimate = sweep.estimate
             else:
-                prepared = actions.prepare_job(request.user, job_request, require_account=False)
-        except actions.SubmitError as exc:
+                prepared = prepare_job(request.user, job_request, require_account=False)
+        except SubmitError as exc:
             context["error"] = exc.message
             context["error_field"] = exc.field
         except PermissionDenied as exc:
             context["error"] = str(exc)
         else:
             context.update(script=prepared.script, estimate=prepared.estimate, job=prepared.job, warnings=prepared.warnings)
+            edit = (form.cleaned_data.get("edited_script") or "").replace("\r\n", "\n").strip()
+            context["edited"] = bool(edit) and edit == prepared.script.strip()
             context["budget"] = catalog.budget_after(prepared.job.project, prepared.estimate)
             # A sweep's points share one shape: the comparison is for one point (the estimate above is for all).
-            context["comparison"] = _comparison(prepared.job)
+            context["comparison"] = _comparison(prepared.job, request.user)
     return render(request, "jobs/_preview.html", context)
 
 
-def _comparison(job) -> dict:
+def _comparison(job, user) -> dict:
     """Every place this job's shape could run for its project, cheapest first (docs/decisions/0018)."""
     hw = job.hardware
     shape = places.Shape(gpus=hw.gpus_per_node * job.nodes, walltime_seconds=job.walltime_seconds,
                          gpu_model=hw.gpu_model, nodes=job.nodes)
-    return {"shape": shape, "places": places.places_for(job.project, shape), "chosen": hw}
+    return {"shape": shape, "places": places.places_for(job.project, shape, user), "chosen": hw}
 
 
 @login_required
@@ -285,7 +309,8 @@ def job_detail(request, pk: int):
         if job.is_final and (job.artifacts.exists() or job.outputs_not_collected or collected):
             response.status_code = STOP_POLLING
         return response
-    return render(request, "jobs/detail.html", {**_detail_context(request, job), **_outputs_context(request, job)})
+    return render(request, "jobs/detail.html", {**_detail_context(request, job), **_outputs_context(request, job),
+                                                **pinned_data(job)})
 
 
 def _outputs_context(request, job: Job) -> dict:
@@ -298,7 +323,7 @@ def _detail_context(request, job: Job) -> dict:
     return {
         "job": job,
         "events": job.events.select_related("actor"),
-        "can_cancel": job.can_cancel and actions.may_cancel(request.user, job),
+        "can_cancel": job.can_cancel and may_cancel(request.user, job),
         "walltime": format_walltime(job.walltime_seconds),
     }
 
@@ -335,8 +360,8 @@ def job_log(request, pk: int, stream: str):
 def job_cancel(request, pk: int):
     job = _job_or_404(request.user, pk)
     try:
-        actions.request_cancel(job, request.user)
-    except actions.CancelError as exc:
+        request_cancel(job, request.user)
+    except CancelError as exc:
         messages.info(request, str(exc))
     except PermissionDenied as exc:
         messages.error(request, str(exc))
@@ -348,9 +373,9 @@ def job_cancel(request, pk: int):
 @login_required
 @require_POST
 def job_group_cancel(request, pk: int):
-    group = get_object_or_404(JobGroup.objects.filter(project__in=access.visible_projects(request.user)), pk=pk)
+    group = _group_or_404(request.user, pk)
     try:
-        cancelled = actions.request_cancel_sweep(group, request.user)
+        cancelled = request_cancel_sweep(group, request.user)
     except PermissionDenied as exc:
         messages.error(request, str(exc))
     else:
@@ -359,7 +384,10 @@ def job_group_cancel(request, pk: int):
 
 
 def _group_or_404(user, pk: int) -> JobGroup:
-    return get_object_or_404(JobGroup.objects.filter(project__in=access.visible_projects(user)), pk=pk)
+    group = sweep_for(user, pk)
+    if group is None:
+        raise Http404("No such sweep in your projects")
+    return group
 
 
 @login_required
@@ -380,7 +408,7 @@ def job_group(request, pk: int):
         "group": group, "page": page, "totals": totals, "table": sweep_table(points, totals),
         "sweep_values": [(name, ", ".join(parameter_text(v) for v in values)) for name, values in (group.sweep or {}).items()],
         # Only a sweep with a failed or timed-out job can have points to re-run: the others skip reading them.
-        "rerunnable": len(actions.points_to_rerun(group)) if totals.failed else 0,
+        "rerunnable": len(points_to_rerun(group)) if totals.failed else 0,
         "notebook_sweep": any(job.kind == Job.Kind.NOTEBOOK for job in points),
     })
     if request.htmx and not totals.active:
@@ -394,8 +422,8 @@ def job_group_rerun(request, pk: int):
     """"Re-run failed points": a new job in the sweep for each point whose latest attempt failed or timed out."""
     group = _group_or_404(request.user, pk)
     try:
-        jobs = actions.rerun_failed(group, request.user)
-    except actions.SubmitError as exc:
+        jobs = rerun_failed(group, request.user)
+    except SubmitError as exc:
         messages.error(request, exc.message)
     except PermissionDenied as exc:
         messages.error(request, str(exc))
@@ -408,15 +436,13 @@ def job_group_rerun(request, pk: int):
 @login_required
 def job_artifact(request, pk: int, artifact_id: int):
     """Download a copied output file of a job you can see."""
-    job = _job_or_404(request.user, pk)
-    artifact = get_object_or_404(job.artifacts, pk=artifact_id)
-    if not artifact.stored_name:
-        raise Http404("this output was too large to copy; it is in the job directory on the cluster")
-    url = job_output_url(artifact.stored_name, artifact.path.rsplit("/", 1)[-1])
-    if url is not None:  # from the object store itself: the portal never streams large outputs
-        return redirect(url)
-    return FileResponse(open_job_output(artifact.stored_name), as_attachment=True,
-                        filename=artifact.path.rsplit("/", 1)[-1])
+    download = output_download(_job_or_404(request.user, pk), artifact_id)
+    if download is None:
+        raise Http404("no such output of this job in the portal: a file too large to copy stays in the job "
+                      "directory on the cluster")
+    if download.url is not None:  # from the object store itself: the portal never streams large outputs
+        return redirect(download.url)
+    return FileResponse(download.open(), as_attachment=True, filename=download.filename)
 
 
 @login_required
@@ -446,4 +472,4 @@ def job_executed_notebook(request, pk: int):
 def job_presets(request):
     """The quick choices for the project now selected in the form."""
     project = catalog.submittable_projects(request.user).filter(pk=id_or_zero(request.GET.get("project"))).first()
-    return render(request, "jobs/_presets.html", {"presets": catalog.presets_for(project)})
+    return render(request, "jobs/_presets.html", {"presets": catalog.presets_for(project, request.user)})

@@ -1,11 +1,15 @@
-"""Telling people their jobs ended: a row for the portal's bell, an email by task name after the commit, each as
-the person chose (Preference; no row = the defaults). Called by the one writer of a job's lifecycle
-(portal/jobs/transitions.py) inside the transaction that ends the job, so a rolled-back ending tells nobody."""
+"""The one way to tell a person: a row for the portal's bell and an email by task name after the commit, each as
+the person chose (Preference; no row = the defaults). Called inside the transaction of what it tells of (a job's
+ending, a budget passing a threshold), so a rolled-back change tells nobody.
+
+What is said, to whom and of which kind is decided by the module that knows the event (portal/jobs/notices.py for
+jobs and sweeps, portal/usage/enforcement.py for budgets); this module only delivers, in bulk: three statements
+however many notices (their people, their preferences, one INSERT)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -16,43 +20,59 @@ from django.utils import timezone
 from portal.audit.actions import record
 from portal.enqueue import SEND_NOTIFICATION_EMAIL, enqueue_on_commit
 from portal.notifications.models import Kind, Notification, Preference
-from portal.projects.models import Project
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """One thing to tell one person: its kind (Kind), the sentence, the page it is about and what it links to."""
+
+    user_id: int
+    kind: str
+    text: str
+    link: str  # the page it is about, from the site's root ("/jobs/12/")
+    job_id: int | None = None
+    sweep_id: int | None = None
+    project_id: int | None = None
+    details: str = ""  # more for the email (the figures, what to do next)
 
 
 def preference_of(user) -> Preference:
     return Preference.objects.filter(user=user).first() or Preference(user=user)
 
 
-def job_ended(job, kind: str) -> Notification | None:
-    """The job's owner hears that it ended (Kind.ENDED), failed (Kind.FAILED) or that the budget cancelled it
-    (Kind.BUDGET), in the portal and/or by email as they chose."""
-    made = jobs_ended([(job, kind)])
-    return made[0] if made else None
-
-
-def jobs_ended(endings: Sequence[tuple[Any, str]]) -> list[Notification]:
-    """`job_ended` for many jobs at once (a tracking cycle): three statements however many jobs end (owners,
-    their preferences, one INSERT), so the tracker's cost does not grow with what ends."""
-    if not endings:
+def tell(notices: Sequence[Notice]) -> list[Notification]:
+    """Tell each person what each notice says, in the portal and/or by email as they chose."""
+    if not notices:
         return []
-    User = get_user_model()
-    owners = User.objects.in_bulk({job.user_id for job, _ in endings})
-    slugs = dict(Project.objects.filter(pk__in={job.project_id for job, _ in endings}).values_list("pk", "slug"))
-    chosen = {p.user_id: p for p in Preference.objects.filter(user_id__in=owners)}
+    people = get_user_model().objects.in_bulk({notice.user_id for notice in notices})
+    chosen = {p.user_id: p for p in Preference.objects.filter(user_id__in=people)}
     rows = []
-    for job, kind in endings:
-        owner = owners[job.user_id]
-        preference = chosen.get(owner.pk) or Preference(user=owner)
-        state = job.get_state_display().lower()
-        why = f": {job.state_reason}" if job.state_reason and kind != Kind.ENDED else ""
-        text = f"Job {job.name} ({slugs.get(job.project_id, '')}) {state}{why}"[:500]
-        if preference.wants("portal", kind):
-            rows.append(Notification(user=owner, job=job, kind=kind, text=text))
-        if preference.wants("email", kind) and owner.email:
-            link = f"{settings.KAKEHASHI_SITE_URL}/jobs/{job.pk}/"
-            enqueue_on_commit(SEND_NOTIFICATION_EMAIL, owner.email, f"[Kakehashi] {text}"[:200],
-                              f"{text}\n\n{link}\n\nChoose what you are told under Settings → Notifications.")
+    for notice in notices:
+        person = people.get(notice.user_id)
+        if person is None or not person.is_active:
+            continue
+        preference = chosen.get(person.pk) or Preference(user=person)
+        text = notice.text[:500]
+        if preference.wants("portal", notice.kind):
+            rows.append(Notification(user=person, kind=notice.kind, text=text, job_id=notice.job_id,
+                                     sweep_id=notice.sweep_id, project_id=notice.project_id))
+        if preference.wants("email", notice.kind) and person.email:
+            link = f"{settings.KAKEHASHI_SITE_URL}{notice.link}"
+            body = "\n\n".join(part for part in (text, notice.details, link) if part)
+            enqueue_on_commit(SEND_NOTIFICATION_EMAIL, person.email, f"[Kakehashi] {text}"[:200],
+                              f"{body}\n\nChoose what you are told under Settings → Notifications.")
     return Notification.objects.bulk_create(rows)
+
+
+def link_of(notification: Notification) -> str:
+    """The page a notification is about, for the bell's list."""
+    if notification.job_id:
+        return f"/jobs/{notification.job_id}/"
+    if notification.sweep_id:
+        return f"/jobs/groups/{notification.sweep_id}/"
+    if notification.project_id:
+        return f"/projects/{notification.project.slug}/"
+    return ""
 
 
 def unread(user) -> QuerySet[Notification]:
@@ -79,3 +99,6 @@ def save_preference(user, **choices: bool) -> Preference:
         record("notification.preferences", actor=user, target=preference, before=before,
                after={name: getattr(preference, name) for name in choices})
     return preference
+
+
+__all__ = ["Kind", "Notice", "link_of", "mark_read", "preference_of", "save_preference", "tell", "unread"]

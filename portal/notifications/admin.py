@@ -8,9 +8,9 @@ class NotificationAdmin(admin.ModelAdmin):
     list_display = ["user", "kind", "text", "created_at", "read_at"]
     list_filter = ["kind"]
     search_fields = ["user__username", "text"]
-    readonly_fields = ["user", "job", "kind", "text", "created_at"]
+    readonly_fields = ["user", "job", "sweep", "project", "kind", "text", "created_at"]
 
 
 @admin.register(Preference)
 class PreferenceAdmin(admin.ModelAdmin):
-    list_display = ["user", "portal_ended", "portal_failed", "portal_budget", "email_ended", "email_failed", "email_budget"]
+    list_display = ["user", *Preference.CHOICES]

@@ -17,20 +17,22 @@ SHOWN = 50
 class PreferenceForm(forms.ModelForm):
     class Meta:
         model = Preference
-        fields = ["portal_ended", "portal_failed", "portal_budget", "email_ended", "email_failed", "email_budget"]
+        fields = list(Preference.CHOICES)
         widgets = {name: forms.CheckboxInput(attrs={"class": "form-check-input"}) for name in fields}
 
 
 @login_required
 def notification_list(request):
     """Newest first, SHOWN a page; `?before=<id>` is the next page (keyset, as the job list: no count, no offset).
-    The rows link to their job by id alone, so the jobs themselves are not read."""
+    The rows link to their job or sweep by id alone (neither is read), to a project by its slug."""
     before = request.GET.get("before", "")
-    rows = Notification.objects.filter(user=request.user).order_by("-pk")
+    rows = Notification.objects.filter(user=request.user).select_related("project").order_by("-pk")
     if before.isdigit():
         rows = rows.filter(pk__lt=int(before))
     rows = list(rows[: SHOWN + 1])
     older = rows[SHOWN - 1].pk if len(rows) > SHOWN else None
+    for row in rows:
+        row.link = actions.link_of(row)
     return render(request, "notifications/list.html", {"rows": rows[:SHOWN], "older": older,
                                                        "newest": before.isdigit()})
 

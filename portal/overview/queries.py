@@ -72,28 +72,34 @@ def clusters_with_active_jobs() -> list[tuple[Cluster, int]]:
 
 @dataclass
 class HealthCheckRoute:
-    """How a site admin runs the health check on a cluster's hardware: in which project, or why not yet."""
+    """How a site admin runs the health check on a cluster's hardware: in which project, as which account, or what
+    is still to set up (on the site page itself: docs/decisions/0036)."""
 
+    cluster: Cluster
     project: Project | None
-    missing: str = ""  # what the site must set up first
+    account: ClusterAccount | None = None  # the operations project's service account, where the cluster needs one
+    needs_account: bool = False
+
+    @property
+    def ready(self) -> bool:
+        return self.project is not None and (not self.needs_account or self.account is not None)
 
 
 def health_check_routes() -> dict[int, HealthCheckRoute]:
-    """Per cluster id: the operations project whose service account runs site admins' health checks there.
+    """Per cluster id: the operations project (and its service account) that runs site admins' health checks there.
     A cluster reached without an account (the portal host, a cloud API) needs only the project's allocation."""
+    allocations = {a.cluster_id: a for a in
+                   Allocation.objects.filter(project__operations=True).select_related("project").order_by("-project__slug")}
+    accounts = {a.cluster_id: a for a in
+                ClusterAccount.objects.filter(project__operations=True).order_by("-project__slug")}
     routes: dict[int, HealthCheckRoute] = {}
-    allocations = Allocation.objects.filter(project__operations=True).select_related("project", "cluster")
-    ready = {(a.cluster_id, a.project_id) for a in ClusterAccount.objects.filter(project__operations=True)}
-    for allocation in allocations.order_by("project__slug"):
-        cluster = allocation.cluster
-        if allocation.cluster_id in routes and routes[allocation.cluster_id].project is not None:
-            continue
-        if not reach_of(cluster).uses_cluster_account or (cluster.pk, allocation.project_id) in ready:
-            routes[cluster.pk] = HealthCheckRoute(allocation.project)
-    for cluster in Cluster.objects.exclude(pk__in=list(routes)):
-        if reach_of(cluster).uses_cluster_account:
-            routes[cluster.pk] = HealthCheckRoute(
-                None, f"python manage.py service_account {cluster.slug} USERNAME (then install the key it prints)")
+    for cluster in Cluster.objects.all():
+        allocation = allocations.get(cluster.pk)
+        needs = reach_of(cluster).uses_cluster_account
+        account = accounts.get(cluster.pk) if needs else None
+        if account is not None and allocation is not None and account.project_id != allocation.project_id:
+            account = None
+        routes[cluster.pk] = HealthCheckRoute(cluster, allocation.project if allocation else None, account, needs)
     return routes
 
 

@@ -9,10 +9,11 @@ from django.shortcuts import get_object_or_404, render
 
 from portal.budgets.queries import budget_summary
 from portal.catalog.models import HardwareType, Preset, Software
+from portal.cloud.reconciler import cloud_now
+from portal.clusters.forms import OperationsAccountForm
 from portal.jobs.queries import visible_jobs
 from portal.overview import queries
 from portal.projects import access
-from portal.usage.cloud import cloud_now
 
 DASHBOARD_PROJECTS = 12
 PROJECTS_PAGE = 25
@@ -53,10 +54,15 @@ def budget_bar(request, slug: str):
 def site_admin(request):
     """The site admin's overview: clusters and how they answer, hardware with prices and measured speed, software."""
     routes = queries.health_check_routes()
+    for route in routes.values():
+        if route.needs_account:
+            route.form = OperationsAccountForm(prefix=route.cluster.slug, initial={
+                "username": route.account.username if route.account else ""})
     hardware = list(HardwareType.objects.select_related("cluster"))
     for hw in hardware:
         hw.health_route = routes.get(hw.cluster_id)
     return render(request, "catalog/site_admin.html", {
+        "health_routes": sorted(routes.values(), key=lambda route: route.cluster.name),
         "clusters": queries.clusters_with_active_jobs(),
         "hardware": hardware,
         "software": Software.objects.prefetch_related("clusters"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 
+from portal.compiled import CompiledRead
 from portal.projects.models import ROLE_PERMISSIONS, Membership, Project, Role
 
 
@@ -35,6 +36,11 @@ def membership(user, project: Project) -> Membership | None:
     return Membership.objects.filter(user=user, project=project).first()
 
 
+# Every API request naming a project reads this: compiled once per process (docs/decisions/0054).
+_MEMBERSHIP = CompiledRead(lambda user, slug: Membership.objects.select_related("project").filter(
+    user_id=user, project__slug=slug), user=int, slug=str)
+
+
 def with_membership(user, slug: str) -> Project | None:
     """The project `slug` if `user` may see it (as `visible_projects`), read with the user's membership in one
     query, so the permission check after it needs none."""
@@ -42,7 +48,7 @@ def with_membership(user, slug: str) -> Project | None:
         return None
     if user.is_staff:
         return Project.objects.filter(slug=slug).first()
-    member = Membership.objects.select_related("project").filter(user=user, project__slug=slug).first()
+    member = _MEMBERSHIP.first(user=user.pk, slug=slug)
     if member is None:
         return None
     project = member.project

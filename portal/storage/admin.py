@@ -1,7 +1,7 @@
 from django.contrib import admin
 
 from portal.admin_mixins import ShowOnly
-from portal.storage.models import Dataset, StoredFile, UploadSession
+from portal.storage.models import ClusterCache, Dataset, StoredFile, UploadSession
 
 
 @admin.register(StoredFile)
@@ -33,3 +33,11 @@ class DatasetAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request) -> bool:
         return False
+
+
+@admin.register(ClusterCache)
+class ClusterCacheAdmin(admin.ModelAdmin):
+    """A project's dataset cache on a cluster: site admins set its limit (empty: KAKEHASHI_CLUSTER_CACHE_BYTES)."""
+
+    list_display = ["project", "cluster", "files", "bytes", "limit_bytes", "pruned_files", "measured_at", "error"]
+    readonly_fields = ["files", "bytes", "pruned_files", "pruned_bytes", "measured_at", "error"]

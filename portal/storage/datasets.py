@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from backends.base import BackendError, DataFile, DataInput, DataRefused, TransportError
 from portal.audit.actions import record
-from portal.clusters.connect import NoClusterAccount, account_for, backend_for
+from portal.clusters.connect import NoClusterAccount, account_for, backend_for, is_cloud
 from portal.clusters.models import Allocation, Cluster
 from portal.enqueue import VERIFY_DATASET, enqueue_on_commit
 from portal.projects import access
@@ -29,7 +29,7 @@ from portal.projects.models import Project
 from portal.storage import objectstore
 from portal.storage.actions import clean_path
 from portal.storage.errors import FileExists, FileMissing, StorageError, UploadConflict
-from portal.storage.models import Dataset, DatasetKind, DatasetState, FileState, StoredFile
+from portal.storage.models import Dataset, DatasetKind, DatasetState, FileState, PinnedFile, StoredFile
 
 log = logging.getLogger(__name__)
 
@@ -190,17 +190,25 @@ def _opener(key: str):
     return lambda: default_storage.open(key, "rb")
 
 
+# How long a login node's presigned GET of a dataset's object lives (it is signed just before the pull starts).
+PULL_URL_SECONDS = 3600
+
+
 def _data_file(path: str, stored: StoredFile) -> DataFile:
-    url = f"s3://{objectstore.bucket()}/{stored.storage_name}" if objectstore.configured() else ""
-    return DataFile(path, stored.sha256, stored.size, _opener(stored.storage_name), url=url)
+    if not objectstore.configured():
+        return DataFile(path, stored.sha256, stored.size, _opener(stored.storage_name))
+    key = stored.storage_name
+    return DataFile(path, stored.sha256, stored.size, _opener(key), url=f"s3://{objectstore.bucket()}/{key}",
+                    open_range=lambda start, end: objectstore.open_range(key, start, end),
+                    get_url=lambda: objectstore.presigned_get(key, PULL_URL_SECONDS, public=False),
+                    presign=lambda: objectstore.presigned_get(key, PULL_URL_SECONDS))
 
 
 def _check_cloud_reach(dataset: Dataset, cluster: Cluster) -> None:
     """A cloud job's container pulls the dataset itself from the S3 endpoint its cluster names (AWS's own when
     none): the portal's store must be that endpoint, or the job would start, find no such bucket and fail."""
-    from portal.clusters.cloud import CLOUD_KIND
 
-    if cluster.kind != CLOUD_KIND or not objectstore.configured():
+    if not is_cloud(cluster) or not objectstore.configured():
         return
     site = (settings.KAKEHASHI_S3_ENDPOINT_URL or "").rstrip("/")
     cloud = str((cluster.options or {}).get("s3_endpoint_url") or "").rstrip("/")
@@ -211,8 +219,9 @@ def _check_cloud_reach(dataset: Dataset, cluster: Cluster) -> None:
             "portal's S3 endpoint (option s3_endpoint_url), or keep the portal's bucket on AWS S3")
 
 
-def data_inputs(datasets: Iterable[Dataset], cluster: Cluster) -> list[DataInput]:
-    """What the backend stages for a job (worker side): each dataset's files as they are now, or its path."""
+def data_inputs(datasets: Iterable[Dataset], cluster: Cluster, pins: list[PinnedFile] | None = None) -> list[DataInput]:
+    """What the backend stages for a job (worker side): each dataset's files as they are now, or its path. With
+    `pins`, also what each file was (object, size, SHA-256), for `pin` to record with the jobs."""
     inputs = []
     for dataset in datasets:
         if dataset.kind != DatasetKind.CLUSTER_PATH:
@@ -222,12 +231,15 @@ def data_inputs(datasets: Iterable[Dataset], cluster: Cluster) -> list[DataInput
                 raise DataRefused(f"dataset {dataset.name}: its file {dataset.stored_file.path} was replaced and the "
                                   "new bytes are still being verified; submit the job again once it is ready")
             inputs.append(DataInput(dataset.name, files=[_data_file("", dataset.stored_file)]))
+            _pin(pins, dataset.name, dataset.stored_file)
         elif dataset.kind == DatasetKind.FOLDER:
             files = list(_folder_files(dataset.project, dataset.prefix)[:MAX_FOLDER_FILES])
             if not files:
                 raise DataRefused(f"dataset {dataset.name}: the folder {dataset.prefix}/ holds no file any more")
             cut = len(dataset.prefix) + 1
             inputs.append(DataInput(dataset.name, files=[_data_file(f.path[cut:], f) for f in files]))
+            for f in files:
+                _pin(pins, dataset.name, f)
         else:
             if dataset.cluster_id != cluster.pk:
                 raise DataRefused(f"dataset {dataset.name} is a path on another cluster")
@@ -237,9 +249,32 @@ def data_inputs(datasets: Iterable[Dataset], cluster: Cluster) -> list[DataInput
                 raise DataRefused(f"dataset {dataset.name}: project {dataset.project.slug} has no storage root on "
                                   f"{cluster.name} any more")
             inputs.append(DataInput(dataset.name, cluster_path=dataset.cluster_path, root=root))
+            if pins is not None:
+                pins.append(PinnedFile(dataset=dataset.name, path="", cluster_path=dataset.cluster_path))
     return inputs
 
 
-def visible_datasets(user, project: Project):
-    access.require(user, project, "view")
-    return Dataset.objects.filter(project=project).select_related("stored_file", "cluster")
+def _pin(pins: list[PinnedFile] | None, name: str, stored: StoredFile) -> None:
+    if pins is not None:
+        pins.append(PinnedFile(dataset=name, path=stored.path, storage_name=stored.storage_name, size=stored.size,
+                               sha256=stored.sha256))
+
+
+# Rows one staging may write: a sweep of many points given a large folder would otherwise write points × files.
+# Past it each job keeps the first files in path order.
+MAX_PIN_ROWS = 200_000
+
+
+def pin(job_ids: Iterable[int], pins: list[PinnedFile]) -> None:
+    """Record with each job what it was given (a retried staging replaces what an earlier attempt recorded)."""
+    job_ids = list(job_ids)
+    if not job_ids:
+        return
+    kept = pins[:max(1, MAX_PIN_ROWS // len(job_ids))]
+    with transaction.atomic():
+        PinnedFile.objects.filter(job_id__in=job_ids).delete()
+        PinnedFile.objects.bulk_create([PinnedFile(job_id=job_id, dataset=p.dataset, path=p.path,
+                                                   storage_name=p.storage_name, cluster_path=p.cluster_path,
+                                                   size=p.size, sha256=p.sha256)
+                                        for job_id in job_ids for p in kept], batch_size=2000)
+

@@ -36,6 +36,8 @@ class StoredFile(models.Model):
     class Meta:
         ordering = ["project__slug", "path"]
         constraints = [models.UniqueConstraint(fields=["project", "path"], name="one_file_per_project_path")]
+        # A renamed file keeps its key: a new upload's key is checked against every file's (uploads._free_key).
+        indexes = [models.Index(fields=["storage_name"])]
 
     def __str__(self) -> str:
         return f"{self.project.slug}:{self.path}"
@@ -175,3 +177,68 @@ class Dataset(models.Model):
         if self.kind == DatasetKind.FOLDER:
             return f"{self.prefix}/"
         return f"{self.cluster.slug if self.cluster else '?'}:{self.cluster_path}"
+
+
+class Folder(models.Model):
+    """A folder someone made on purpose (`mkdir`): listed, and kept, while it holds no file. A folder that holds
+    files needs no row (a file's parents are its folders), so uploads never write one."""
+
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="folders")
+    path = models.CharField(max_length=512)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["project__slug", "path"]
+        constraints = [models.UniqueConstraint(fields=["project", "path"], name="one_folder_per_project_path")]
+
+    def __str__(self) -> str:
+        return f"{self.project.slug}:{self.path}/"
+
+
+class PinnedFile(models.Model):
+    """One file a job was given when its data was staged: the object, its size and SHA-256 as they were, kept with
+    the job. Its page says what data it ran on even after the project's files were replaced, renamed or deleted;
+    and while the job is queued or running, the object is not deleted nor its cluster copy pruned."""
+
+    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="pinned_files")
+    dataset = models.CharField(max_length=100)  # the dataset's name then
+    path = models.CharField(max_length=512)  # the file's path in the project then ("" for a registered cluster path)
+    storage_name = models.CharField(max_length=1024, blank=True)
+    cluster_path = models.CharField(max_length=1024, blank=True)  # a registered path used in place
+    size = models.PositiveBigIntegerField(null=True, blank=True)
+    sha256 = models.CharField(max_length=64, blank=True)
+
+    class Meta:
+        ordering = ["job", "dataset", "path"]
+        indexes = [models.Index(fields=["storage_name"]), models.Index(fields=["sha256"])]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id}: {self.dataset}/{self.path}"
+
+
+class ClusterCache(models.Model):
+    """A project's copies of dataset files in its cache on one cluster (docs/decisions/0017, 0027), as the last
+    staging or pruning found it: what project admins see, and what the pruning task keeps under its limit."""
+
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="cluster_caches")
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.CASCADE, related_name="+")
+    files = models.PositiveIntegerField(default=0)
+    bytes = models.PositiveBigIntegerField(default=0)
+    limit_bytes = models.PositiveBigIntegerField(null=True, blank=True, help_text="empty: the site's default")
+    pruned_files = models.PositiveIntegerField(default=0)  # by the last pruning
+    pruned_bytes = models.PositiveBigIntegerField(default=0)
+    measured_at = models.DateTimeField(null=True, blank=True)
+    error = models.CharField(max_length=1000, blank=True)
+
+    class Meta:
+        ordering = ["project__slug", "cluster__slug"]
+        constraints = [models.UniqueConstraint(fields=["project", "cluster"], name="one_cache_per_project_cluster")]
+
+    def __str__(self) -> str:
+        return f"{self.project.slug}@{self.cluster.slug}"
+
+    @property
+    def limit(self) -> int:
+        """The bytes pruning keeps it under: its own limit, else the site's default."""
+        return self.limit_bytes or int(settings.KAKEHASHI_CLUSTER_CACHE_BYTES)

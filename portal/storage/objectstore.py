@@ -207,6 +207,11 @@ def open_stream(key: str):
     return _call("get_object", Key=key)["Body"]
 
 
+def open_range(key: str, start: int, end: int):
+    """Bytes [start, end) of the object as a stream (a large dataset file is staged on several streams)."""
+    return _call("get_object", Key=key, Range=f"bytes={start}-{end - 1}")["Body"]
+
+
 def upload_stream(key: str, source, size_hint: int = 0) -> None:
     """Write a stream to `key` as a multipart upload (boto3's transfer manager: bounded memory, parts in parallel)."""
     from boto3.s3.transfer import TransferConfig
@@ -240,3 +245,42 @@ def presigned_download(key: str, filename: str, expires: int) -> str:
                 "ResponseContentType": "application/octet-stream"},
         ExpiresIn=expires,
     )
+
+
+def presigned_get(key: str, expires: int, *, public: bool = True) -> str:
+    """A plain GET URL of the object: at the address the store is reached at from outside the portal
+    (KAKEHASHI_S3_PUBLIC_URL) for a login node that fetches a dataset itself (cluster option data_pull), or at the
+    portal's own (`public=False`) for the dispatch worker fetching many small files."""
+    return client(public=public).generate_presigned_url("get_object", Params={"Bucket": bucket(), "Key": key},
+                                                        ExpiresIn=expires)
+
+
+def sign_put(key: str, sha256_b64: str, size: int, expires: int) -> tuple[str, dict[str, str]]:
+    """A presigned PUT of a whole (small) object bound to its SHA-256, as `sign_part` binds a part: the store
+    refuses other bytes (400 BadDigest) and a PUT without that header or with another value (403)."""
+    url = client(public=True).generate_presigned_url(
+        "put_object", Params={"Bucket": bucket(), "Key": key, "ChecksumSHA256": sha256_b64}, ExpiresIn=expires)
+    return url, {CHECKSUM_HEADER: sha256_b64}
+
+
+def list_objects(prefix: str, pages: int) -> list[tuple[str, int, datetime]]:
+    """(key, size, last modified) of the objects under `prefix`, at most `pages` requests of 1,000."""
+    found, token = [], ""
+    for _ in range(pages):
+        answer = _call("list_objects_v2", Prefix=prefix, MaxKeys=1000, **({"ContinuationToken": token} if token else {}))
+        found += [(o["Key"], int(o["Size"]), o["LastModified"]) for o in answer.get("Contents", [])]
+        token = answer.get("NextContinuationToken", "")
+        if not answer.get("IsTruncated") or not token:
+            break
+    return found
+
+
+def object_head(key: str) -> tuple[int, datetime] | None:
+    """(size, last modified) of the object, None if there is none."""
+    try:
+        answer = _call("head_object", Key=key)
+    except ObjectStoreError as exc:
+        if exc.code in {"404", "NoSuchKey", "NotFound"}:
+            return None
+        raise
+    return int(answer["ContentLength"]), answer["LastModified"]

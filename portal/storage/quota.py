@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db.models import Sum
 
+from backends.spec import size_text as _size_text
 from portal.projects.models import Project
 from portal.storage.errors import QuotaExceeded
 
@@ -46,13 +47,7 @@ def size_text(n: int | float, *, exact: bool = False) -> str:
     """The one unit rule for sizes, on pages (the `size` filter), in messages, in upload.js and the CLI: binary
     multiples named as such (1.0 GiB is 1,073,741,824 bytes; Django's filesizeformat calls that "1.0 GB").
     `exact` adds the byte count, for limits a researcher compares a file against."""
-    value, unit = float(n), "B"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            break
-        value /= 1024
-    shown = f"{value:.0f} B" if unit == "B" else f"{value:.1f} {unit}"
-    return shown + (f" ({int(n):,} bytes)" if exact and n >= 1024 else "")
+    return _size_text(n) + (f" ({int(n):,} bytes)" if exact and n >= 1024 else "")
 
 
 def check(project: Project, needed: int, *, freed: int = 0, count_uploading: bool = True) -> None:
@@ -64,10 +59,18 @@ def check(project: Project, needed: int, *, freed: int = 0, count_uploading: boo
     left = current.quota - current.stored - uploading + freed
     if needed <= left:
         return
-    under_way = f" and {size_text(uploading, exact=True)} in uploads under way" if uploading else ""
+    under_way = f" and {size_text(uploading, exact=True)} held by unfinished uploads" if uploading else ""
+    # Say only what can be done: files to delete when there are some, unfinished uploads to abort when they hold space.
+    ways = []
+    if current.stored:
+        ways.append("delete files")
+    if uploading:
+        ways.append("abort unfinished uploads (the Data page lists them; until aborted they hold space for "
+                    f"{settings.KAKEHASHI_UPLOAD_ABANDON_HOURS} h after their last activity)")
+    ways.append("ask the site admins for a larger quota")
     raise QuotaExceeded(
         f"project {project.slug} has {size_text(max(0, left), exact=True)} left of its {size_text(current.quota, exact=True)} storage quota "
-        f"({size_text(current.stored, exact=True)} in files{under_way}); this file needs {size_text(needed, exact=True)}. Delete files, or "
-        "ask the site admins for a larger quota",
+        f"({size_text(current.stored, exact=True)} in files{under_way}); this file needs {size_text(needed, exact=True)}. "
+        f"{(said := ', or '.join(ways))[0].upper()}{said[1:]}",
         field="size",
     )

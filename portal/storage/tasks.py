@@ -2,7 +2,7 @@ from botocore.exceptions import BotoCoreError
 from celery import shared_task
 
 from backends.base import BackendError, TransportError
-from portal.storage import datasets, uploads, verify
+from portal.storage import caches, datasets, uploads, verify
 from portal.storage.errors import StorageError
 from portal.storage.objectstore import ObjectStoreError
 
@@ -10,6 +10,11 @@ from portal.storage.objectstore import ObjectStoreError
 @shared_task
 def abort_abandoned_uploads_task() -> int:
     return uploads.abort_abandoned_uploads() + verify.lost_verifications()
+
+
+@shared_task
+def prune_caches_task() -> int:
+    return caches.prune_all()
 
 
 @shared_task(autoretry_for=(BackendError, TransportError), retry_backoff=5, max_retries=20,

@@ -33,7 +33,6 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import QuerySet
 from django.utils import timezone
 
 from portal.audit.actions import record
@@ -53,19 +52,20 @@ MAX_SIGN_AT_ONCE = 100
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 
-def part_size_for(size: int) -> int:
-    """The site's part size, grown in whole MiB for files that would need more than S3's 10,000 parts."""
-    part = max(MIN_PART_BYTES, int(settings.KAKEHASHI_UPLOAD_PART_BYTES))
+MAX_PART_BYTES = 5 * 1024**3  # S3's largest part
+
+
+def part_size_for(size: int, requested: int | None = None) -> int:
+    """The part size the uploader asked for (the Data page asks for small parts, so an interrupted upload keeps
+    most of what it sent) or else the site's, grown in whole MiB for files that would need more than S3's 10,000
+    parts."""
+    part = requested if requested else int(settings.KAKEHASHI_UPLOAD_PART_BYTES)
+    part = min(MAX_PART_BYTES, max(MIN_PART_BYTES, part))
     if size > part * MAX_PARTS:
         mib = 1024 * 1024
         part = -(-size // MAX_PARTS // mib) * mib + mib
     return part
 
-
-def visible_uploads(user) -> QuerySet[UploadSession]:
-    """A person's own uploads in projects they can still see: an upload belongs to whoever started it."""
-    return UploadSession.objects.filter(created_by=user, project__in=access.visible_projects(user)).select_related(
-        "project", "stored_file")
 
 
 def _require_store() -> None:
@@ -88,10 +88,9 @@ def _free_key(project: Project, path: str) -> str:
     """projects/<slug>/<path>, or a variant of it while that key holds a file or another upload's target: a
     replaced file keeps its bytes until the new ones are complete."""
     key = storage_key(project, path)
-    taken = set(StoredFile.objects.filter(project=project, path=path).values_list("storage_name", flat=True))
-    taken |= set(UploadSession.objects.filter(project=project, path=path, state=UploadState.OPEN)
-                 .values_list("key", flat=True))
-    while key in taken:
+    # A file renamed or moved keeps its key (portal/storage/manage.py): any file's key is taken, not only this path's.
+    while StoredFile.objects.filter(storage_name=key).exists() or \
+            UploadSession.objects.filter(key=key, state=UploadState.OPEN).exists():
         key = storage_key(project, f"{path}.~{uuid.uuid4().hex[:8]}")
     return key
 
@@ -115,7 +114,7 @@ EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 
 def create_upload(user, project: Project, *, path: str, size: int, sha256: str | None = None,
-                  overwrite: bool = False) -> tuple[UploadSession, bool]:
+                  overwrite: bool = False, part_size: int | None = None) -> tuple[UploadSession, bool]:
     """Start (or resume) a direct upload. Returns (the upload, whether it is one the caller had already started).
 
     An open upload of the caller's to the same path with the same size is resumed (unless the SHA-256s given
@@ -148,7 +147,8 @@ def create_upload(user, project: Project, *, path: str, size: int, sha256: str |
         _not_verifying(existing)
         quota.check(project, size, freed=existing.size if existing is not None else 0)
         session = UploadSession(project=project, path=clean, key=_free_key(project, clean), size=size,
-                                sha256=sha256, part_size=part_size_for(size), overwrite=overwrite, created_by=user)
+                                sha256=sha256, part_size=part_size_for(size, part_size), overwrite=overwrite,
+                                created_by=user)
         if size == 0:
             # Nothing to send: the portal writes the empty object itself and the upload is complete at once.
             store_call(objectstore.put_empty_object, session.key)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -18,11 +19,10 @@ from django.views.decorators.http import require_POST
 
 from portal.catalog.queries import submittable_projects
 from portal.projects import access
-from portal.storage import actions, datasets, objectstore, quota
-from portal.storage.forms import DatasetForm, UploadForm
-from portal.storage.models import Dataset, FileState, UploadState
-from portal.storage.queries import visible_files
-from portal.storage.uploads import visible_uploads
+from portal.storage import actions, datasets, manage, objectstore, quota, uploads
+from portal.storage.forms import DatasetForm, ProjectForm, UploadForm
+from portal.storage.models import Dataset, FileState, Folder, UploadState
+from portal.storage.queries import visible_files, visible_uploads
 
 
 @login_required
@@ -75,6 +75,67 @@ def dataset_create(request):
     return _data_page(request, projects, dataset_form=dataset_form, status=400)
 
 
+# The Data page's management forms: each names its action; all take a project the user may upload to.
+_MANAGE = {
+    "delete": lambda user, project, post: _said(manage.delete_file(user, project, post.get("path")),
+                                                lambda f: f"Deleted {f.path} from {project.slug}."),
+    "delete-folder": lambda user, project, post: _said(manage.delete_folder(user, project, post.get("path")),
+                                                       lambda r: f"Deleted folder {post.get('path', '').rstrip('/')}/ "
+                                                                 f"({r[0]} file(s), {quota.size_text(r[1])}) from "
+                                                                 f"{project.slug}."),
+    "move": lambda user, project, post: _said(manage.move(user, project, post.get("path"), post.get("destination")),
+                                              lambda r: f"Moved {post.get('path', '').rstrip('/')} to {r[0]} in "
+                                                        f"{project.slug}."),
+    "mkdir": lambda user, project, post: _said(manage.make_folder(user, project, post.get("path")),
+                                               lambda f: f"Made folder {f.path}/ in {project.slug}."),
+    "delete-dataset": lambda user, project, post: _said(manage.delete_dataset(user, project, post.get("name", "")),
+                                                        lambda d: f"Deleted dataset {d.name} of {project.slug} (its "
+                                                                  "files stay)."),
+    "rename-dataset": lambda user, project, post: _said(
+        manage.rename_dataset(user, project, post.get("name", ""), post.get("new_name")),
+        lambda d: f"Renamed dataset {post.get('name')} of {project.slug} to {d.name}: jobs now find it at "
+                  f"$KAKEHASHI_DATA/{d.name}."),
+}
+
+
+def _said(result, message):
+    return message(result)
+
+
+@login_required
+@require_POST
+def data_manage(request):
+    """Delete, move or rename files and folders, make folders, delete or rename datasets (portal/storage/manage.py)."""
+    form = ProjectForm(request.POST, projects=submittable_projects(request.user))
+    action = _MANAGE.get(request.POST.get("action", ""))
+    back = f"{reverse('data')}?project={request.POST.get('project', '')}"
+    if action is None or not form.is_valid():
+        messages.error(request, "That project is not one you may change files in." if action else "Unknown action.")
+        return redirect(back)
+    try:
+        messages.success(request, action(request.user, form.cleaned_data["project"], request.POST))
+    except actions.StorageError as exc:
+        messages.error(request, exc.message)
+    except PermissionDenied as exc:
+        messages.error(request, str(exc))
+    return redirect(back)
+
+
+@login_required
+@require_POST
+def upload_abort(request, upload_id):
+    """Abort one of your unfinished uploads: the store drops its parts and the quota is free again."""
+    session = get_object_or_404(visible_uploads(request.user), pk=upload_id)
+    try:
+        uploads.abort_upload(request.user, session)
+    except actions.StorageError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Aborted the upload of {session.path} ({quota.size_text(session.size)}): its "
+                                  "space is free again.")
+    return redirect(f"{reverse('data')}?project={session.project.slug}")
+
+
 PAGE = 100  # files, and datasets, a page
 
 # The action's field names, as the form calls them.
@@ -92,10 +153,15 @@ def _data_page(request, projects, *, form: UploadForm | None = None, dataset_for
     # Your uploads refused after completion (their bytes were not the SHA-256 given) in the last week, with why.
     refused = visible_uploads(request.user).filter(state=UploadState.REFUSED,
                                                    ended_at__gte=timezone.now() - timedelta(days=7))
+    # Your uploads not finished: they hold quota until completed or aborted (or abandoned after a day).
+    unfinished = visible_uploads(request.user).filter(state=UploadState.OPEN)
+    folders = Folder.objects.filter(project__in=access.visible_projects(request.user))
     if project_filter:
         files = files.filter(project__slug=project_filter)
         datasets = datasets.filter(project__slug=project_filter)
         refused = refused.filter(project__slug=project_filter)
+        unfinished = unfinished.filter(project__slug=project_filter)
+        folders = folders.filter(project__slug=project_filter)
     return render(request, "storage/data.html", {
         "direct_upload": objectstore.configured(),
         "upload_projects": projects,
@@ -111,6 +177,12 @@ def _data_page(request, projects, *, form: UploadForm | None = None, dataset_for
         # The pagers keep the project filter.
         "filter_query": urlencode({"project": project_filter}) if project_filter else "",
         "refused_uploads": refused.order_by("-ended_at")[:50],
+        "unfinished_uploads": unfinished.order_by("-last_activity_at")[:50],
+        # Folders of the files on this page, and those made on purpose (empty ones included).
+        "folders": manage.folders_of([(f.project.slug, f.path) for f in files], folders),
+        "manageable": set(projects.values_list("slug", flat=True)),
+        "abandon_hours": settings.KAKEHASHI_UPLOAD_ABANDON_HOURS,
+        "browser_part_bytes": settings.KAKEHASHI_BROWSER_UPLOAD_PART_BYTES,
         "projects": access.visible_projects(request.user),
         "project_filter": project_filter,
         "can_upload": projects.exists(),

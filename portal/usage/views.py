@@ -1,21 +1,27 @@
-"""Usage pages: what was spent, per project and site-wide, as charts, a table and CSV. Thin: the sums are in
-portal.usage.queries."""
+"""Usage pages: what was spent, per project and site-wide, as charts, a table and CSV; and the budget page, which
+says what a lower strict amount would cancel before saving it. Thin: the sums are in portal.usage.queries, the rules
+in portal.budgets.actions and portal.usage.lowering."""
 
 from __future__ import annotations
 
 import csv
+from decimal import Decimal
 
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
 
 from portal.accounts.models import SiteSettings
-from portal.budgets.queries import budget_of
+from portal.budgets import actions as budget_actions
+from portal.budgets.forms import BudgetForm
+from portal.budgets.queries import budget_of, budget_summary
 from portal.jobs.models import Job
 from portal.projects import access
 from portal.usage import queries
+from portal.usage.lowering import lowering
 
 TABLE_PAGE = 100  # rows of the usage table a page shows; the CSV has them all
 
@@ -58,3 +64,34 @@ def site_usage(request):
     title = "Usage across all projects" if request.user.is_staff else "Usage of your projects"
     unit = SiteSettings.current().reporting_unit or settings.KAKEHASHI_REPORTING_UNIT
     return _usage_response(request, project_ids, title, unit, "usage")
+
+
+@login_required
+def budget(request, slug: str):
+    """A project's budget (owners and admins). A strict amount that would cancel jobs not ended is saved only once
+    the person confirms, having been told which jobs and why (portal/usage/lowering.py)."""
+    project = get_object_or_404(access.visible_projects(request.user), slug=slug)
+    access.require(request.user, project, "manage")
+    current = budget_of(project)
+    effect = None
+    if request.method == "POST":
+        form = BudgetForm(request.POST)
+        if form.is_valid():
+            data = {k: v for k, v in form.cleaned_data.items() if k != "confirm_cancel"}
+            effect = lowering(project, amount=data["amount"], strict=data["strict"])
+            if effect is not None and not form.cleaned_data["confirm_cancel"]:
+                form.add_error("confirm_cancel", "tick this to save the budget and let it cancel these jobs")
+            else:
+                try:
+                    budget_actions.set_budget(project, actor=request.user, **data)
+                except ValueError as exc:
+                    form.add_error("unit", str(exc))
+                else:
+                    messages.success(request, f"The budget of {project.slug} is now {data['amount']} {data['unit']}.")
+                    return redirect("project-detail", slug=project.slug)
+    else:
+        initial = ({"amount": current.amount.quantize(Decimal("0.01")), "unit": current.unit, "period": current.period,
+                    "strict": current.strict} if current else {})
+        form = BudgetForm(initial=initial)
+    return render(request, "budgets/budget.html", {"project": project, "form": form, "budget": budget_summary(project),
+                                                   "lowering": effect})

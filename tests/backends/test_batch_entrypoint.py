@@ -175,3 +175,48 @@ def test_a_two_node_job_trains_ddp_to_the_end_with_its_nodes_meeting_at_the_main
     assert "world size 4 (cpu, gloo)" in logs and "final loss" in logs  # 2 nodes × 2 processes
     metrics = jsonlib.loads(backend.read_file(spec.workdir, "outputs/metrics.json"))
     assert metrics["world_size"] == 4 and metrics["losses"][-1] < metrics["losses"][0]
+
+
+def test_the_sampler_runs_in_the_container_and_its_samples_reach_the_portal_while_the_job_runs(backend, cloud_bucket,
+                                                                                                 tmp_path):
+    import shutil
+    import time
+
+    from backends.sampling import FetchRequest, parse_samples
+
+    store, _ = cloud_bucket
+    gpus = tmp_path / "gpus"  # the nvidia-smi stand-in: this host has no GPU, and no container runtime
+    gpus.mkdir()
+    root = Path(__file__).parents[1]
+    shutil.copy(root / "cluster" / "nvidia-smi-standin", gpus / "nvidia-smi")
+    shutil.copy(root / "backends" / "fixtures" / "nvidia_smi" / "h100-2x-idle.csv", gpus / "gpus.csv")
+    spec = JobSpec(name="kh-aaaaaaaaaa-gpus", payload="sleep 8", walltime_seconds=600,
+                   workdir="kakehashi-jobs/kh-aaaaaaaaaa-gpus", container="docker://python:3.12",
+                   resources=Resources(cpus_per_node=2, memory_gb=4, gpus_per_node=2, mapping=P4D),
+                   sample_seconds=1, nvidia_smi=str(gpus / "nvidia-smi"))
+    job_id = backend.submit(spec)
+    job = backend.aws.batch.describe_jobs(jobs=[job_id])["jobs"][0]
+    container = job["container"]
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "AWS_REGION": backend.settings["region"],
+           "AWS_ACCESS_KEY_ID": store.access_key, "AWS_SECRET_ACCESS_KEY": store.secret_key,
+           "AWS_BATCH_JOB_ID": job_id, "AWS_BATCH_JOB_ATTEMPT": "1", "KAKEHASHI_WORK_DIR": str(tmp_path / "c"),
+           "KAKEHASHI_SAMPLE_PUSH_SECONDS": "1",
+           **{e["name"]: e["value"] for e in container["environment"] if not e["name"].startswith("AWS_BATCH")}}
+    running = subprocess.Popen([sys.executable, "-c", container["command"][2]], env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
+    try:
+        request = FetchRequest("1", spec.workdir)
+        deadline = time.monotonic() + 30
+        seen = {}
+        while time.monotonic() < deadline and not seen:
+            seen = backend.read_samples([request]).get("1", {})
+            time.sleep(0.5)
+        assert seen and running.poll() is None  # read while the job still runs
+        assert running.wait(timeout=60) == 0, running.stderr.read().decode()
+    finally:
+        running.kill()
+    ((name, chunk),) = backend.read_samples([request])["1"].items()
+    parsed = parse_samples(chunk.text)
+    assert parsed.headers[0].nvidia_smi and {g.index for g in parsed.gpus} == {0, 1} and len(parsed.procs) >= 3
+    later = backend.read_samples([FetchRequest("1", spec.workdir, {name: len(chunk.text)})])
+    assert later == {}  # nothing new past the offset once the job ended

@@ -37,6 +37,13 @@ def test_grid_engine_counts_each_waiting_array_task_and_only_hosts_with_nothing_
     assert [task_count(t) for t in ("4", "5,6,8", "3-10:1", "1-9:2", None)] == [1, 3, 8, 5, 1]
 
 
+def test_grid_engine_counts_only_the_hosts_of_the_queues_whole_node_jobs_run_in_when_the_site_names_them():
+    """TSUBAME-style whole nodes run on the two compute nodes (node.q), not the login host's all.q: "1 of 2 nodes
+    free", never "of 3" (issue 25)."""
+    load = parse_qstat_load(SGE_QSTAT_F, node_queues=["node.q"])
+    assert (load.pending, load.running, load.free_nodes, load.total_nodes) == (9, 2, 1, 2)
+
+
 def test_slurm_counts_waiting_jobs_by_partition_idle_nodes_once_and_the_latest_expected_start():
     load = parse_slurm_load("@@jobs\nPENDING|gpu\nPENDING|cpu\nRUNNING|gpu\n@@nodes\nnode01|idle\nnode01|idle\n"
                             "node02|mixed\n@@start\n1795480000\nN/A\n1795470000\n")

@@ -49,6 +49,8 @@ SAFE = {
 
 
 RENDERED = {"count": 0}
+# The last test reads what the property test counted: both run in one process (one xdist worker), in this order.
+pytestmark = pytest.mark.xdist_group("tests/backends/test_injection.py")
 
 
 class _BatchRenderer(AWSBatchBackend):

@@ -49,7 +49,8 @@ def test_a_job_reads_each_dataset_at_kakehashi_data_with_the_uploaded_checksum_a
     spec = make_spec(payload, group="kkdemo", datasets=("weights", "tables"))
     spec, report = backend.stage_data(spec, "vision", datasets)
     assert (report.copied_files, report.copied_bytes, report.reused_files) == (4, len(blob) + 8 + 6 + 2, 0)
-    assert backend.transport.puts == 4 and backend.transport.bytes_put == report.copied_bytes
+    # Four files in one tar stream, not four transfers: the bytes sent are theirs and the archive's headers.
+    assert backend.transport.puts == 1 and report.copied_bytes < backend.transport.bytes_put < report.copied_bytes + 8192
     assert "export KAKEHASHI_DATA=" in backend.render(spec)
     job_id = backend.submit(spec)
     assert wait_state(backend, job_id, lambda s: s.state.is_final).state == State.COMPLETED
@@ -63,7 +64,7 @@ def test_a_job_reads_each_dataset_at_kakehashi_data_with_the_uploaded_checksum_a
     again = make_spec(payload, group="kkdemo", datasets=("weights", "tables"))
     again, second = backend.stage_data(again, "vision", datasets)
     assert (second.copied_files, second.copied_bytes, second.reused_files) == (0, 0, 4)
-    assert backend.transport.puts == 4
+    assert backend.transport.puts == 1
     job_id = backend.submit(again)
     assert wait_state(backend, job_id, lambda s: s.state.is_final).state == State.COMPLETED
     assert weights.sha256 in backend.read_output(again.workdir, "stdout").decode()
@@ -75,7 +76,7 @@ def test_a_job_reads_each_dataset_at_kakehashi_data_with_the_uploaded_checksum_a
 
 
 def test_bytes_that_arrive_with_another_checksum_refuse_the_dataset_and_leave_nothing_in_the_cache(
-        cluster_backend, make_spec):
+        cluster_backend, make_spec, login_node_tools):
     backend = cluster_backend
     lying = DataFile("", hashlib.sha256(b"what the store recorded").hexdigest(), 5, lambda: io.BytesIO(b"other"))
     spec = make_spec("true", group="kkdemo", datasets=("bad",))
@@ -135,9 +136,9 @@ def test_a_registered_cluster_path_is_used_in_place_and_paths_leaving_the_root_a
 
 
 def test_a_long_copy_keeps_telling_the_caller_it_is_alive(cluster_backend, make_spec, monkeypatch):
-    import backends.staging
+    import backends.transport
 
-    monkeypatch.setattr(backends.staging, "HEARTBEAT_SECONDS", 0.0)  # every chunk, instead of every 15 s
+    monkeypatch.setattr(backends.transport, "HEARTBEAT_EVERY", 0.0)  # as often as it looks, instead of every 15 s
     beats = []
     blob = os.urandom(4 * 1024 * 1024)
     spec = make_spec("true", datasets=("big",))
@@ -181,7 +182,7 @@ def test_a_dataset_alice_staged_is_read_by_bobs_job_of_the_same_project_without_
     payload = 'sha256sum "$KAKEHASHI_DATA/weights" "$KAKEHASHI_DATA/tables/labels/a.txt"; id -un\n'
 
     spec, first = alice.stage_data(make_spec(payload, group="kkdemo", datasets=("weights", "tables")), "vision", datasets)
-    assert (first.copied_files, first.reused_files, alice.transport.puts) == (2, 0, 2)
+    assert (first.copied_files, first.reused_files, alice.transport.puts) == (2, 0, 1)  # one tar stream
     assert "the cache shared by group kkdemo" in first.summary()
     job_id = alice.submit(spec)
     assert wait_state(alice, job_id, lambda s: s.state.is_final).state == State.COMPLETED
@@ -218,6 +219,7 @@ def test_two_researchers_staging_at_once_share_one_whole_copy_and_one_who_finish
     import threading
 
     import backends.staging
+    import backends.staging_copy
 
     alice, bob = researchers["alice"], researchers["bob"]
     blobs = [os.urandom(3 * 1024 * 1024), os.urandom(1024 * 1024)]
@@ -246,11 +248,13 @@ def test_two_researchers_staging_at_once_share_one_whole_copy_and_one_who_finish
     root = cache.rsplit("/", 2)[0]
     assert _remote(bob, f"find {root} -name '*.new-*' -o -name '*.part-*'") == ""  # nothing half-made left
     assert all(r.copied_files + r.reused_files == 2 for r in reports.values())
-    assert 2 <= alice.transport.puts + bob.transport.puts <= 4  # a file both started before either finished: twice
+    # One stream each at most (both files in one tar), or none for one who found them there.
+    assert 1 <= alice.transport.puts + bob.transport.puts <= 2
 
     # A new project's data: while bob copies the first file, alice stages the second whole; bob, looking at the
-    # cache again before it, copies only the first.
+    # cache again before it, copies only the first. (Files this size travel alone when they are large: made so here.)
     monkeypatch.setattr(backends.staging, "RECHECK_SECONDS", 0.0)
+    monkeypatch.setattr(backends.staging_copy, "LARGE_FILE", 512 * 1024)
     blobs = [os.urandom(1024 * 1024), os.urandom(1024 * 1024)]
     first, second = sorted((_file("", blob) for blob in blobs), key=lambda f: f.sha256)
     opened = first.open
@@ -286,3 +290,335 @@ def test_a_shared_cache_directory_someone_made_private_is_refused_with_how_to_fi
         alice.stage_data(make_spec("true", group="kkdemo", datasets=("w",)), "vision",
                          [DataInput("w", files=[_file("", b"w")])])
     assert alice.transport.puts == 0
+
+
+# ------------------------------------------------------------------ the fast paths (docs/decisions/0041, 0042)
+
+@pytest.fixture
+def large_files_alone(monkeypatch):
+    """Files of 512 KiB or more travel alone, hashed as they arrive (as 64 MiB and more do): small test files
+    take the large-file path."""
+    import backends.staging_copy
+
+    monkeypatch.setattr(backends.staging_copy, "LARGE_FILE", 512 * 1024)
+
+
+def test_a_large_file_travels_alone_through_openssh_and_arrives_whole_under_its_checksum(
+        cluster_backend, make_spec, large_files_alone, login_node_tools):
+    backend = cluster_backend
+    assert backend.transport.bulk == "openssh"
+    blob = os.urandom(5 * 1024 * 1024 + 3)
+    big, small = _file("", blob), _file("labels.txt", f"cat\ndog\n{login_node_tools}\n".encode())
+    spec = make_spec('sha256sum "$KAKEHASHI_DATA/big"', datasets=("big", "labels"))
+    spec, report = backend.stage_data(spec, "vision", [DataInput("big", files=[big]),
+                                                       DataInput("labels", files=[small])])
+    assert (report.copied_files, report.copied_bytes) == (2, len(blob) + small.size)
+    assert backend.transport.puts == 2  # the large file alone, the small one in a tar stream
+    job_id = backend.submit(spec)
+    assert wait_state(backend, job_id, lambda s: s.state.is_final).state == State.COMPLETED
+    assert big.sha256 in backend.read_output(spec.workdir, "stdout").decode()
+    cache = backend.settings["data_cache"] + "/vision"
+    assert _remote(backend, f"stat -c %a {cache}/{big.sha256}").strip() == "600"  # the account's own cache
+
+
+def test_a_large_file_whose_bytes_are_not_its_checksum_is_refused_and_leaves_no_part_file(
+        cluster_backend, make_spec, large_files_alone, login_node_tools):
+    backend = cluster_backend
+    recorded = os.urandom(1024 * 1024)
+    lying = DataFile("", hashlib.sha256(recorded).hexdigest(), len(recorded), lambda: io.BytesIO(os.urandom(len(recorded))))
+    with pytest.raises(DataRefused, match="does not match its checksum"):
+        backend.stage_data(make_spec("true", datasets=("bad",)), "vision", [DataInput("bad", files=[lying])])
+    cache = backend.settings["data_cache"] + "/vision"
+    listing = _remote(backend, f"ls -A {cache}")
+    assert lying.sha256 not in listing and ".part-" not in listing
+
+
+def _ranged(path: str, data: bytes, stored: bytes | None = None, fail_from: int | None = None) -> DataFile:
+    """A file whose store serves ranges (so a large one moves on several streams); `stored`: what the store
+    really holds; `fail_from`: a range starting there cannot be read."""
+    held = stored if stored is not None else data
+
+    def open_range(start: int, end: int):
+        if fail_from is not None and start >= fail_from:
+            raise OSError("the store dropped the connection")
+        return io.BytesIO(held[start:end])
+
+    return DataFile(path, hashlib.sha256(data).hexdigest(), len(data), lambda: io.BytesIO(held), open_range=open_range)
+
+
+def test_a_large_file_moves_on_several_streams_each_into_its_place_and_is_checked_whole(
+        cluster_backend, make_spec, monkeypatch):
+    import backends.staging_copy
+
+    monkeypatch.setattr(backends.staging_copy, "LARGE_FILE", 1024 * 1024)
+    monkeypatch.setattr(backends.staging_copy, "PARALLEL_MIN", 1024 * 1024)
+    backend = cluster_backend
+    backend.settings["ssh_streams"] = 3
+    blob = os.urandom(7 * 1024 * 1024 + 12345)  # three ranges of whole MiB and a ragged end
+    big = _ranged("", blob)
+    spec = make_spec('sha256sum "$KAKEHASHI_DATA/big"', datasets=("big",))
+    spec, report = backend.stage_data(spec, "vision", [DataInput("big", files=[big])])
+    assert (report.copied_files, backend.transport.puts, backend.transport.bytes_put) == (1, 3, len(blob))
+    job_id = backend.submit(spec)
+    assert wait_state(backend, job_id, lambda s: s.state.is_final).state == State.COMPLETED
+    assert big.sha256 in backend.read_output(spec.workdir, "stdout").decode()
+
+    cache = backend.settings["data_cache"] + "/vision"
+    # Bytes in the store that are not the recorded ones: refused once the ranges are joined, nothing left behind.
+    lying = _ranged("", os.urandom(3 * 1024 * 1024), stored=os.urandom(3 * 1024 * 1024))
+    with pytest.raises(DataRefused, match="does not match its checksum"):
+        backend.stage_data(make_spec("true", datasets=("bad",)), "vision", [DataInput("bad", files=[lying])])
+    # One range cannot be read: the others are cut, the error is the store's (the dispatch retries), no part file.
+    broken = _ranged("", os.urandom(3 * 1024 * 1024), fail_from=1024 * 1024)
+    with pytest.raises(OSError, match="dropped the connection"):
+        backend.stage_data(make_spec("true", datasets=("broken",)), "vision", [DataInput("broken", files=[broken])])
+    listing = _remote(backend, f"ls -A {cache}")
+    assert big.sha256 in listing and ".part-" not in listing
+    assert lying.sha256 not in listing and broken.sha256 not in listing
+
+
+class _Stalling(io.RawIOBase):
+    """A store that sends half the file, then nothing for `pause` seconds (or for good), then the rest."""
+
+    def __init__(self, data: bytes, pause: float) -> None:
+        self.data, self.pause, self.at = data, pause, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        import time
+
+        if self.at == len(self.data) // 2:
+            time.sleep(self.pause)
+        end = len(self.data) // 2 if self.at < len(self.data) // 2 else len(self.data)
+        chunk = self.data[self.at:min(end, self.at + (n if n > 0 else end))]
+        self.at += len(chunk)
+        return chunk
+
+
+@pytest.mark.parametrize("large", [True, False], ids=["alone", "in-a-tar-stream"])
+def test_a_transfer_that_stalls_keeps_renewing_the_lease_for_a_while_then_gives_up_and_leaves_nothing_behind(
+        cluster_backend, make_spec, monkeypatch, large):
+    import time
+
+    import backends.staging_copy
+    import backends.transport
+    from backends.transport import TransportError
+
+    monkeypatch.setattr(backends.transport, "HEARTBEAT_EVERY", 0.1)
+    monkeypatch.setattr(backends.staging_copy, "LARGE_FILE", 1024 if large else 1 << 40)
+    blob = os.urandom(2 * 1024 * 1024)
+    sha = hashlib.sha256(blob).hexdigest()
+    beats = []
+    # A pause shorter than the stall limit: the lease is renewed meanwhile, and the file arrives.
+    paused = DataFile("", sha, len(blob), lambda: _Stalling(blob, 1.5))
+    _, report = cluster_backend.stage_data(make_spec("true", datasets=("slow",)), "vision",
+                                           [DataInput("slow", files=[paused])], heartbeat=lambda: beats.append(1))
+    assert report.copied_files == 1 and len(beats) >= 8
+
+    # A store that stops sending for good: given up after the stall limit, the job not refused (it may pass).
+    monkeypatch.setattr(backends.staging_copy, "STALL_SECONDS", 1.0)
+    other = os.urandom(2 * 1024 * 1024)
+    stuck = DataFile("", hashlib.sha256(other).hexdigest(), len(other), lambda: _Stalling(other, 30))
+    with pytest.raises(TransportError, match="stalled: no byte moved for 1 s"):
+        cluster_backend.stage_data(make_spec("true", datasets=("stuck",)), "vision", [DataInput("stuck", files=[stuck])])
+    cache = cluster_backend.settings["data_cache"] + "/vision"
+    settle = time.monotonic() + 10  # the login node's side of the cut stream cleans up after itself
+
+    def leftovers():
+        return [n for n in _remote(cluster_backend, f"ls -A {cache}").split() if ".part-" in n or ".incoming-" in n]
+
+    while leftovers() and time.monotonic() < settle:
+        time.sleep(0.2)
+    listing = _remote(cluster_backend, f"ls -A {cache}").split()
+    assert sha in listing and stuck.sha256 not in listing and not leftovers()
+
+
+@pytest.fixture(params=["python3", "shell tools"])
+def login_node_tools(request, monkeypatch):
+    """The login node with python3 (one pass: write and hash), or as if without it (tar, openssl, mv)."""
+    import backends.staging_copy
+
+    if request.param != "python3":
+        monkeypatch.setattr(backends.staging_copy, "PYTHON", "python3-not-on-this-login-node")
+    return request.param
+
+
+def test_a_folder_of_many_files_with_awkward_names_is_one_stream_and_the_job_sees_its_tree(
+        cluster_backend, make_spec, login_node_tools):
+    backend = cluster_backend
+    backend.settings["data_cache"] += "-" + login_node_tools.replace(" ", "-")  # this test's own: all copied
+    files = [_file(f"train/{i // 100:02d}/{i:05d} img.jpg", os.urandom(100 + i)) for i in range(1200)]
+    files += [_file("ラベル/猫.txt", b"neko\n"), _file("-rf", b"dash\n"), _file("$(touch pwned)", b"x\n"),
+              _file("a" * 200 + "/" + "b" * 200, b"long\n")]
+    spec = make_spec('echo RESULT; cd "$KAKEHASHI_DATA/set" && find . -type l | wc -l && cat ラベル/猫.txt ./-rf "$(printf "%s" '
+                     "'$(touch pwned)')\" && ls ~ | grep -c pwned || true", datasets=("set",))
+    spec, report = backend.stage_data(spec, "vision", [DataInput("set", files=files)])
+    assert report.copied_files == len(files) and backend.transport.puts == 1
+    job_id = backend.submit(spec)
+    assert wait_state(backend, job_id, lambda s: s.state.is_final).state == State.COMPLETED
+    out = backend.read_output(spec.workdir, "stdout").decode().split("RESULT\n", 1)[-1].split()
+    assert out[:5] == [str(len(files)), "neko", "dash", "x", "0"], out
+    # A second job: nothing sent, the tree made again.
+    again = make_spec("true", datasets=("set",))
+    _, second = backend.stage_data(again, "vision", [DataInput("set", files=files)])
+    assert (second.copied_files, second.reused_files, backend.transport.puts) == (0, len(files), 1)
+
+
+@pytest.mark.parametrize("paths, words", [
+    (["a/b", "a"], "'a' is both a file and a folder"),
+    (["ok", "../up"], "is not a plain relative path"),
+    (["line\nbreak"], "is not a plain relative path"),
+    (["x//y"], "is not a plain relative path"),
+])
+def test_a_folder_with_names_no_tree_can_hold_is_refused_before_anything_moves(cluster_backend, make_spec, paths, words):
+    files = [_file(p, p.encode()) for p in paths]
+    with pytest.raises(DataRefused, match=words):
+        cluster_backend.stage_data(make_spec("true", datasets=("set",)), "vision", [DataInput("set", files=files)])
+    assert cluster_backend.transport.puts == 0
+
+
+def test_the_key_never_appears_in_a_process_list_and_a_changed_host_key_sends_nothing(
+        transport_for, known_hosts, user_key):
+    import threading
+    import time
+
+    from backends.transport import HostKeyMismatch, SSHTransport
+
+    key = user_key("alice")
+    transport = SSHTransport("127.0.0.1", 2222, "alice", key, known_hosts, bulk="openssh")
+    seen, stop = [], threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            for pid in os.listdir("/proc"):
+                if pid.isdigit():
+                    try:
+                        seen.append(open(f"/proc/{pid}/cmdline", "rb").read())
+                    except OSError:
+                        pass
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        result = transport.pipe("sleep 0.5; wc -c", _Stalling(b"x" * 4096, 0.5), timeout=30)
+    finally:
+        stop.set()
+        watcher.join()
+    assert result.ok and result.stdout.strip() == "4096"
+    body = "".join(line for line in key.splitlines() if "PRIVATE KEY" not in line)
+    assert any(b"ssh" in c and b"IdentityAgent" in c for c in seen)  # the watcher saw the stream's ssh
+    assert not any(body[:40].encode() in c or body[-40:].encode() in c for c in seen)
+    assert not [p for p in os.listdir("/dev/shm") if p.startswith("kakehashi-ssh-")]  # the agent's dir is gone
+
+    other = known_hosts.splitlines()[0].split()[0] + " ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGdD4Ld8Jb1gwJwzKQ5rKmRgwA2k0yrBo1TQqhGNGY6W\n"
+    impostor = SSHTransport("127.0.0.1", 2222, "alice", key, other, bulk="openssh")
+    with pytest.raises(HostKeyMismatch):
+        impostor.pipe("cat > should-not-exist", io.BytesIO(b"secret data"))
+    assert _remote_plain(transport, "ls should-not-exist 2>&1 || true").startswith("ls: cannot access")
+
+
+def _remote_plain(transport, command: str) -> str:
+    return transport.run_shell(command).stdout
+
+
+# ------------------------------------------------------------ direct pull: the login node fetches it itself
+
+@pytest.fixture
+def store_objects(object_store):
+    """Put objects in the suite's SeaweedFS and give DataFiles whose `presign` signs a GET the login node fetches
+    (here the same host: the store's own address) and whose `open` counts what the worker would relay."""
+    import boto3
+    from botocore.config import Config
+
+    s3 = boto3.client("s3", endpoint_url=object_store.endpoint, region_name="us-east-1",
+                      aws_access_key_id=os.environ["KAKEHASHI_S3_ACCESS_KEY_ID"],
+                      aws_secret_access_key=os.environ["KAKEHASHI_S3_SECRET_ACCESS_KEY"],
+                      config=Config(signature_version="s3v4", s3={"addressing_style": "path"}))
+    bucket = os.environ["KAKEHASHI_S3_BUCKET"]
+    relayed = []
+
+    def put(path: str, data: bytes, *, stored: bytes | None = None, endpoint: str | None = None) -> DataFile:
+        key = f"pull-tests/{hashlib.sha256(data).hexdigest()}/{path or 'file'}"
+        s3.put_object(Bucket=bucket, Key=key, Body=stored if stored is not None else data)
+
+        def opened():
+            relayed.append(path)
+            return io.BytesIO(data)
+
+        def presign():
+            url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=600)
+            return url.replace(object_store.endpoint, endpoint) if endpoint else url
+
+        def get_url():
+            relayed.append(f"GET {path}")
+            return s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=600)
+
+        return DataFile(path, hashlib.sha256(data).hexdigest(), len(data), opened, presign=presign, get_url=get_url)
+
+    put.relayed = relayed
+    return put
+
+
+def test_with_data_pull_the_login_node_fetches_the_objects_itself_and_the_worker_relays_no_byte(
+        cluster_backend, make_spec, store_objects, monkeypatch):
+    import backends.staging_pull
+
+    monkeypatch.setattr(backends.staging_pull, "RANGE_BYTES", 1024 * 1024)  # several ranges in parallel
+    backend = cluster_backend
+    backend.settings["data_pull"] = "presigned"
+    big = store_objects("", os.urandom(5 * 1024 * 1024 + 11))
+    folder = [store_objects(f"part/{i}.txt", f"{i}\n".encode() * 50) for i in range(20)]
+    spec = make_spec('sha256sum "$KAKEHASHI_DATA/big" "$KAKEHASHI_DATA/set/part/7.txt"', datasets=("big", "set"))
+    spec, report = backend.stage_data(spec, "vision", [DataInput("big", files=[big]), DataInput("set", files=folder)])
+    assert (report.copied_files, report.pulled_files, report.pulled_bytes) == (21, 21, report.copied_bytes)
+    assert "fetched by the login node from the object store itself" in report.summary()
+    assert store_objects.relayed == [] and backend.transport.puts == 0 and backend.transport.bytes_put == 0
+    job_id = backend.submit(spec)
+    assert wait_state(backend, job_id, lambda s: s.state.is_final).state == State.COMPLETED
+    out = backend.read_output(spec.workdir, "stdout").decode()
+    assert big.sha256 in out and folder[7].sha256 in out
+    cache = backend.settings["data_cache"] + "/vision"
+    assert ".part-" not in _remote(backend, f"ls -A {cache}")
+    # The presigned URLs went on stdin: no command the worker ran on the login node carries a signature.
+    _, again = backend.stage_data(make_spec("true", datasets=("big",)), "vision", [DataInput("big", files=[big])])
+    assert (again.copied_files, again.reused_files) == (0, 1)
+
+
+def test_a_pulled_object_whose_bytes_are_not_its_checksum_is_refused_and_an_unreachable_store_is_relayed_instead(
+        cluster_backend, make_spec, store_objects):
+    backend = cluster_backend
+    backend.settings["data_pull"] = "presigned"
+    recorded = os.urandom(100_000)
+    lying = store_objects("", recorded, stored=os.urandom(100_000))
+    with pytest.raises(DataRefused, match="does not match its checksum"):
+        backend.stage_data(make_spec("true", datasets=("bad",)), "vision", [DataInput("bad", files=[lying])])
+    cache = backend.settings["data_cache"] + "/vision"
+    listing = _remote(backend, f"ls -A {cache}")
+    assert lying.sha256 not in listing and ".part-" not in listing
+
+    # A store the login node cannot reach (a port nothing listens on): the worker relays the bytes after all.
+    from tests.seaweedfs import free_port
+
+    far = store_objects("", os.urandom(50_000), endpoint=f"http://127.0.0.1:{free_port()}")
+    _, report = backend.stage_data(make_spec("true", datasets=("far",)), "vision", [DataInput("far", files=[far])])
+    assert (report.copied_files, report.pulled_files) == (1, 0) and store_objects.relayed == ["GET "]
+
+
+@pytest.mark.parametrize("size", [5 * 1024 * 1024 + 7, 300, 0], ids=["several MiB", "smaller than a buffer", "empty"])
+def test_a_large_file_relayed_from_the_store_is_spliced_into_the_stream_and_arrives_whole(
+        cluster_backend, make_spec, store_objects, large_files_alone, size):
+    import backends.staging_copy
+
+    backends.staging_copy.LARGE_FILE = 0  # every file alone (undone by large_files_alone's monkeypatch)
+    blob = os.urandom(size)
+    big = store_objects("", blob)
+    spec = make_spec('sha256sum "$KAKEHASHI_DATA/big"', datasets=("big",))
+    spec, report = cluster_backend.stage_data(spec, "vision", [DataInput("big", files=[big])])
+    assert report.copied_bytes == size and cluster_backend.transport.bytes_put == size
+    assert store_objects.relayed == ["GET "]  # by a presigned GET, not boto3's stream
+    job_id = cluster_backend.submit(spec)
+    assert wait_state(cluster_backend, job_id, lambda s: s.state.is_final).state == State.COMPLETED
+    assert big.sha256 in cluster_backend.read_output(spec.workdir, "stdout").decode()

@@ -28,6 +28,16 @@ def test_a_command_runs_as_the_user_and_the_connection_is_reused_with_nodelay(tr
     assert per_exec < 0.04, f"{per_exec * 1000:.1f} ms per exec: is Nagle back on?"
 
 
+def test_a_command_that_refuses_before_reading_its_input_says_why_rather_than_socket_is_closed(transport_for):
+    # More input than the channel's window: the command has ended (and its channel closed) long before all of it
+    # could be sent. Its own exit status and words are the answer, as the staging's checks rely on.
+    transport = transport_for("slurm", "alice")
+    for _ in range(3):
+        result = transport.run_shell("echo 'the cache is private' >&2; exit 3", stdin=b"x" * (16 << 20), timeout=30)
+        assert (result.exit_status, result.stderr.strip()) == (3, "the cache is private")
+    assert transport.run(["true"]).ok  # the connection is still good
+
+
 def test_arguments_reach_the_login_node_verbatim(transport_for):
     nasty = ["$(touch /tmp/kakehashi-pwned)", "a b", "'", '"', ";", "`id`", "\\", "*"]
     result = transport_for("slurm", "alice").run(["printf", "%s\\n", *nasty])
@@ -89,3 +99,35 @@ def test_commands_sent_at_once_from_several_threads_share_one_connection_as_chan
     assert len({answer.stdout.strip() for answer in answers}) == 1
     assert transport._connection().client is client
     assert elapsed < 8 * 0.5 / 2, f"{elapsed:.1f} s for 8 half-second commands: they did not run side by side"
+
+
+def _negotiated_cipher(argv: list[str]) -> str:
+    """The cipher an OpenSSH stream of `backends/openssh.py` negotiates, from its own debug log."""
+    import re
+    import subprocess
+
+    from backends import openssh
+
+    verbose = [argv[0], "-v", *argv[1:], "true"]
+    done = subprocess.run(verbose, capture_output=True, text=True, timeout=60, env=openssh.environment())
+    assert done.returncode == 0, done.stderr[-2000:]
+    return re.search(r"kex: client->server cipher: (\S+)", done.stderr).group(1)
+
+
+def test_dataset_streams_offer_aes_gcm_first_and_a_site_may_name_its_own_ciphers(test_cluster, user_key, known_hosts):
+    """Bulk bytes go through OpenSSH's client (docs/decisions/0041): by default AES-GCM is offered ahead of OpenSSH's
+    own list, so a login node that allows it (as this one does) uses it; a site's `ssh_ciphers` replaces the list."""
+    from backends import openssh
+    from backends.transport import load_private_key
+
+    private = user_key("alice")
+    key = load_private_key(private)
+    public = f"{key.get_name()} {key.get_base64()}"
+    with openssh.session("127.0.0.1", 2222, "alice", private, public, known_hosts) as argv:
+        assert _negotiated_cipher(argv) == "aes128-gcm@openssh.com"
+    with openssh.session("127.0.0.1", 2222, "alice", private, public, known_hosts,
+                         ciphers="chacha20-poly1305@openssh.com") as argv:
+        assert _negotiated_cipher(argv) == "chacha20-poly1305@openssh.com"
+    with pytest.raises(ValueError, match="not a list of OpenSSH cipher names"):
+        with openssh.session("127.0.0.1", 2222, "alice", private, public, known_hosts, ciphers="aes; rm -rf /"):
+            pass

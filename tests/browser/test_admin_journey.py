@@ -97,3 +97,37 @@ def test_owner_adds_a_member_sets_a_strict_budget_and_the_member_is_refused(new_
     assert not LedgerEntry.objects.filter(budget=budget).exists()
     member.get_by_role("navigation", name="Main navigation").get_by_role("link", name="Jobs").click()
     expect(member.get_by_text("No jobs yet.")).to_be_visible()
+
+
+def test_a_site_admin_lowering_a_strict_budget_in_the_django_admin_is_told_which_jobs_it_cancels_first(
+        new_page, live_server, local_site, make_user, shots):
+    """The Django admin's budget page asks first, as the project's Budget page does: the job's name and why, and
+    nothing saved until the box is ticked."""
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from portal.budgets.models import Budget
+    from portal.jobs.models import Job, JobState
+
+    admin = make_user("root-admin", staff=True)
+    admin.is_superuser = True
+    admin.save()
+    Job.objects.create(project=local_site.project, user=local_site.alice, cluster=local_site.cluster,
+                       hardware=local_site.hardware, name="long-training", state=JobState.RUNNING,
+                       scheduler_id="local-1", walltime_seconds=7200, estimate_unit="points",
+                       started_at=timezone.now() - timedelta(hours=1))  # 10 points burnt so far
+    page = new_page()
+    log_in(page, live_server.url, "root-admin")
+    page.goto(f"{live_server.url}/admin/budgets/budget/{local_site.budget.pk}/change/")
+    page.get_by_label("Amount").fill("5")
+    page.get_by_role("button", name="Save", exact=True).click()
+    error = page.locator(".errorlist").filter(has_text="Saving a strict budget of 5.00 points cancels 1 job(s)")
+    expect(error).to_contain_text("long-training")
+    shots(page, "django-admin-asks-first")
+    assert Budget.objects.get(pk=local_site.budget.pk).amount == Decimal("100")
+    page.get_by_label("Cancel the jobs this budget no longer covers").check()
+    page.get_by_role("button", name="Save", exact=True).click()
+    expect(page.locator(".messagelist")).to_contain_text("was changed successfully")
+    assert Budget.objects.get(pk=local_site.budget.pk).amount == Decimal("5")

@@ -184,6 +184,15 @@ def site_with_everything(local_site, make_user):
     root.is_superuser = True
     root.save()
     site.group = group
+    # A session of the project (a job of kind session), for the routes that name one.
+    from portal.sessions.actions import default_app
+    from portal.sessions.models import Session
+
+    site.session_job = Job.objects.create(project=site.project, user=site.alice, name="lab", kind=Job.Kind.SESSION,
+                                          cluster=notebook.cluster, hardware=notebook.hardware, script="",
+                                          walltime_seconds=600)
+    Session.objects.create(job=site.session_job, app=default_app(), hub_user="alice", server_name="lab",
+                           token_digest="0" * 64)
     return site
 
 

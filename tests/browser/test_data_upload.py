@@ -21,6 +21,7 @@ MiB = 1024 * 1024
 @pytest.fixture
 def small_parts(settings):
     settings.KAKEHASHI_UPLOAD_PART_BYTES = 5 * MiB
+    settings.KAKEHASHI_BROWSER_UPLOAD_PART_BYTES = 5 * MiB
 
 
 def _row(page, path: str):
@@ -59,7 +60,11 @@ def test_files_and_a_folder_upload_straight_to_the_store_with_progress_and_are_l
     expect(page.locator("#upload-status")).to_contain_text("Uploaded 3 file(s)", timeout=60_000)
     assert page.locator("#upload-bar").evaluate("bar => bar.value") == 100
     seen = page.evaluate("window.kkBar")
-    assert any(re.match(r"\d+ % of 24\.0 MiB · [\d.]+ \w?i?B/s(, .+ left)?$", text) for text in seen), seen
+    assert any(re.match(r"\d+ % of 24\.0 MiB · [\d.]+ \w?i?B/s(, .+ left)?( · whole-file SHA-256 \d+ %)?$", text)
+               for text in seen), seen
+    # Before the first byte, the page says it is hashing, never "0 % · 0 B/s".
+    assert seen[0].startswith("Hashing the first parts before sending them"), seen
+    assert not any(text.startswith("0 % of") and "0 B/s" in text for text in seen), seen
 
     expected = {
         "datasets/weights.bin": weights.read_bytes(),
@@ -125,6 +130,7 @@ def test_a_page_reloaded_mid_upload_resumes_from_the_parts_already_in_the_store(
     puts = _part_puts(page)
     page.get_by_label("Files", exact=True).set_input_files(str(local))
     page.get_by_role("button", name="Upload").click()
+    expect(page.locator("#upload-list")).to_contain_text("resuming: 2 of 6 parts (10.0 MiB) kept from the earlier attempt")
     expect(page.locator("#upload-status")).to_contain_text("Uploaded 1 file(s)", timeout=60_000)
     assert page.locator("#upload-bar").evaluate("bar => bar.value") == 100
     sent = sorted(int(re.search(r"partNumber=(\d+)", url).group(1)) for url in puts)
@@ -134,6 +140,64 @@ def test_a_page_reloaded_mid_upload_resumes_from_the_parts_already_in_the_store(
     assert stored.size == len(data) and stored.sha256 == hashlib.sha256(data).hexdigest()
     expect(_row(page, "checkpoint.pt")).to_contain_text(stored.sha256[:12], timeout=60_000)
     shots(page, "resumed")
+
+
+def test_with_the_pages_own_part_size_an_interrupted_upload_keeps_most_of_what_it_sent_and_says_so_truthfully(
+        page, live_server, local_site, tmp_path, object_store, live_worker):
+    """The site's default parts (64 MiB, the CLI's) would have kept nothing of a 40 MiB file: the page asks for its
+    own small parts (8 MiB). An attempt that got no part into the store is not called "resuming"."""
+    from portal.storage.models import StoredFile
+
+    data = os.urandom(40 * MiB)
+    local = tmp_path / "features.npy"
+    local.write_bytes(data)
+    log_in(page, live_server.url, "alice")
+    page.goto(live_server.url + "/data/")
+    expect(page.locator("#files-help")).to_contain_text("in parts of 8.0 MiB")
+
+    # First attempt: the store never answers a part. Reloaded, nothing was kept, and the page says so.
+    page.route(re.compile(r".*partNumber=\d+.*"), lambda route: None)
+    page.get_by_label("Files", exact=True).set_input_files(str(local))
+    page.get_by_role("button", name="Upload").click()
+    expect(page.locator("#upload-status")).to_contain_text("Hashing the first parts before sending them")
+    page.wait_for_timeout(1500)
+    page.reload()
+    page.unroute_all(behavior="ignoreErrors")
+
+    # Second attempt: parts 1-3 arrive, the rest stall.
+    stalled = []
+
+    def stall_late_parts(route):
+        if int(re.search(r"partNumber=(\d+)", route.request.url).group(1)) <= 3:
+            route.continue_()
+        else:
+            stalled.append(route)
+
+    page.route(re.compile(r".*partNumber=\d+.*"), stall_late_parts)
+    done = []
+    page.on("requestfinished", lambda r: done.append(r.url) if r.method == "PUT" and "partNumber=" in r.url else None)
+    page.get_by_label("Files", exact=True).set_input_files(str(local))
+    page.get_by_role("button", name="Upload").click()
+    expect(page.locator("#upload-list")).to_contain_text("starting again: no part of the earlier attempt reached the store")
+    expect(page.locator("#upload-list")).not_to_contain_text("resuming")
+    page.wait_for_function("() => document.getElementById('upload-bar').value > 0", timeout=30_000)
+    for _ in range(200):
+        if len(done) >= 3 and stalled:
+            break
+        page.wait_for_timeout(100)
+    assert len(done) == 3 and stalled, (done, stalled)
+    page.reload()
+    page.unroute_all(behavior="ignoreErrors")
+
+    # Third: 24 of 40 MiB were kept; only the last two parts travel again.
+    puts = _part_puts(page)
+    page.get_by_label("Files", exact=True).set_input_files(str(local))
+    page.get_by_role("button", name="Upload").click()
+    expect(page.locator("#upload-list")).to_contain_text("resuming: 3 of 5 parts (24.0 MiB) kept from the earlier attempt")
+    expect(page.locator("#upload-status")).to_contain_text("Uploaded 1 file(s)", timeout=60_000)
+    assert sorted(int(re.search(r"partNumber=(\d+)", url).group(1)) for url in puts) == [4, 5]
+    expect(_row(page, "features.npy")).to_contain_text(hashlib.sha256(data).hexdigest()[:12], timeout=60_000)
+    assert StoredFile.objects.get().size == len(data)
 
 
 def test_a_refusal_is_shown_next_to_the_file(page, live_server, local_site, tmp_path, object_store):
@@ -168,8 +232,8 @@ def test_without_an_object_store_the_page_uploads_through_the_portal(page, live_
     expect(page.locator("#file-table")).to_contain_text("models/weights.bin", timeout=30_000)
     assert StoredFile.objects.get(path="models/weights.bin").size == 8 * 1024 * 1024
     seen = page.evaluate("window.__seen")
-    assert seen and [100, "100 % of 8193 KiB sent", False] in seen
-    assert all(not text or "of 8193 KiB" in text for _, text, _ in seen)  # the answer's download is not shown
+    assert seen and [100, "100 % of 8.0 MiB sent", False] in seen
+    assert all(not text or "of 8.0 MiB" in text for _, text, _ in seen)  # the answer's download is not shown
 
 
 def test_a_file_and_a_folder_are_named_as_datasets_on_the_data_page_and_a_wrong_name_keeps_what_was_typed(

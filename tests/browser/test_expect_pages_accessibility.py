@@ -13,12 +13,13 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 def test_the_new_pages_have_no_wcag_a_or_aa_violations(page, live_server, local_site, shots):
     from portal.clusters.health import collect_all
-    from portal.jobs import actions
+    from portal.jobs.actions.sweeps import submit_sweep
+    from portal.jobs.actions.validation import JobRequest
     from portal.jobs.models import Job
     from portal.notifications.models import Notification
 
     collect_all()
-    group = actions.submit_sweep(local_site.alice, actions.JobRequest(
+    group = submit_sweep(local_site.alice, JobRequest(
         project=local_site.project, name="lr", script="true", hardware=local_site.hardware, walltime="00:01:00"),
         {"LR": [0.1, 0.2]}).group
     Job.objects.filter(group=group).update(state="failed", metrics={"loss": 0.5})

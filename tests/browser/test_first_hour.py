@@ -146,10 +146,11 @@ def _executed(job) -> nbformat.NotebookNode:
 def test_clone_and_edit_of_a_notebook_job_runs_the_notebook_again_with_the_new_parameters(page, live_server, hpc_site,
                                                                                           live_worker, shots):
     from portal.catalog.models import HardwareType, Software
-    from portal.jobs import actions
+    from portal.jobs.actions.submit import submit_job
+    from portal.jobs.actions.validation import JobRequest
     from portal.jobs.models import Job, JobState
 
-    first = actions.submit_job(hpc_site.alice, actions.JobRequest(
+    first = submit_job(hpc_site.alice, JobRequest(
         project=hpc_site.project, name="notebook", notebook=_notebook(), parameters={"lr": 0.5, "epochs": 4},
         hardware=HardwareType.objects.get(slug="slurm-a100x1"), software=Software.objects.get(slug="pytorch-2-13"),
         walltime="00:10:00")).job
@@ -181,12 +182,13 @@ def test_clone_and_edit_of_a_notebook_job_runs_the_notebook_again_with_the_new_p
 def test_clone_after_the_cluster_was_revoked_says_why_the_hardware_is_empty(page, live_server, local_site, shots):
     from portal.catalog.models import HardwareType
     from portal.clusters.models import Allocation, Cluster
-    from portal.jobs import actions
+    from portal.jobs.actions.submit import submit_job
+    from portal.jobs.actions.validation import JobRequest
 
     other = Cluster.objects.create(slug="other", name="Other cluster", kind="local")
     hw = HardwareType.objects.create(cluster=other, slug="other-cpu", name="Other CPU", cpus_per_node=2)
     Allocation.objects.create(project=local_site.project, cluster=other)
-    job = actions.submit_job(local_site.alice, actions.JobRequest(
+    job = submit_job(local_site.alice, JobRequest(
         project=local_site.project, name="before", script="true", hardware=hw)).job
     Allocation.objects.filter(project=local_site.project, cluster=other).delete()
 
@@ -206,11 +208,9 @@ def test_a_site_admin_runs_the_health_check_from_the_site_page_as_the_sites_serv
         page, live_server, hpc_site, live_worker, make_user, shots):
     import subprocess
 
-    from django.core.management import call_command
-
-    from portal.accounts.loopback import ROOT, install_public_key
     from portal.catalog.models import HardwareType, Software
     from portal.clusters.models import ClusterAccount
+    from portal.dev.loopback import ROOT, install_public_key
     from portal.jobs.models import Job, JobState
 
     _only_the_pytorch_modules(hpc_site)
@@ -220,17 +220,27 @@ def test_a_site_admin_runs_the_health_check_from_the_site_page_as_the_sites_serv
     page.goto(live_server.url + "/site/")
     row = page.get_by_role("row").filter(has_text="slurm-a100x8")
     # Before the site has a service account there, the page says what to set up instead of a form it cannot send.
-    expect(row).to_contain_text("needs a service account")
+    expect(row).to_contain_text("set up Slurm")
     expect(row.get_by_role("link", name=re.compile("Run health check"))).to_have_count(0)
 
-    # The site sets one up: carol, in a Slurm account of her own (the harness's add-group.sh), with the key the
-    # portal generated installed on the login node.
+    # The site sets one up on the site page: carol, in a Slurm account of her own (the harness's add-group.sh), with
+    # the key the portal generated installed on the login node, as its admins would, then checked from the page.
     subprocess.run([str(ROOT / "tests/cluster/add-group.sh"), "kkops", "carol"], check=True, capture_output=True)
-    call_command("service_account", "slurm-test", "carol", "--group", "kkops")
+    setup = page.locator("[data-health-cluster=slurm-test]")
+    setup.get_by_label(re.compile("^Service account")).fill("carol")
+    setup.get_by_label(re.compile("^Group")).fill("kkops")
+    setup.get_by_role("button", name=re.compile("Set up health checks")).click()
+    expect(setup).to_contain_text("ready in Site operations as carol, login not checked yet")
     account = ClusterAccount.objects.get(cluster__slug="slurm-test", project__slug="site-ops")
-    install_public_key("carol", account.public_key)
-    call_command("service_account", "slurm-test", "carol", "--verify")
-
+    setup.locator("summary").click()
+    expect(setup.locator("[data-public-key]")).to_have_text(account.public_key)
+    install_public_key("carol", setup.locator("[data-public-key]").inner_text())
+    setup.get_by_role("button", name=re.compile("Check the login")).click()
+    wait_for(lambda: ClusterAccount.objects.filter(pk=account.pk, verified_at__isnull=False).exists(), timeout=60,
+             message="the worker's check of carol's login")
+    page.reload()
+    expect(setup).to_contain_text("login checked")
+    shots(page, "service-account-set-up")
     page.reload()
     row.get_by_role("link", name=re.compile("Run health check")).click()
     expect(page).to_have_url(re.compile(r"template=gpu-health"))

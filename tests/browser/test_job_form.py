@@ -93,3 +93,53 @@ def test_a_dataset_chosen_in_the_form_shows_in_the_preview_and_the_job_page(page
     expect(page).to_have_url(re.compile(r"/jobs/\d+/$"))
     expect(page.get_by_text("$KAKEHASHI_DATA/weights", exact=True)).to_be_visible()
     assert [d.name for d in Job.objects.get().datasets.all()] == ["weights"]
+
+
+def test_the_hardware_and_datasets_offered_follow_the_project_and_another_projects_choice_is_dropped(
+        page, live_server, local_site, filesystem_storage):
+    from decimal import Decimal
+
+    from django.core.files.base import ContentFile
+
+    from portal.budgets.models import Budget
+    from portal.catalog.models import HardwareType
+    from portal.clusters.models import Allocation, Cluster, Kind
+    from portal.jobs.models import Job
+    from portal.projects.models import Membership, Project, Role
+    from portal.storage import actions, datasets
+
+    robotics = Project.objects.create(slug="robotics", name="Robotics lab")
+    Membership.objects.create(user=local_site.alice, project=robotics, role=Role.OWNER)
+    Budget.objects.create(project=robotics, amount=Decimal("100"), unit="points")
+    lab = Cluster.objects.create(slug="lab", name="Lab box", kind=Kind.LOCAL, options=local_site.cluster.options)
+    Allocation.objects.create(project=robotics, cluster=lab)
+    arm = HardwareType.objects.create(cluster=lab, slug="lab-cpu", name="Lab CPU", cpus_per_node=2, max_nodes=1,
+                                      max_walltime_hours=2, rate=Decimal("1"), rate_unit="points")
+    for project, name in ((local_site.project, "images"), (robotics, "trajectories")):
+        actions.store_file(local_site.alice, project, ContentFile(b"x", name="f"), path=f"{name}.bin")
+        datasets.create_dataset(local_site.alice, project, name=name, path=f"{name}.bin")
+
+    log_in(page, live_server.url, "alice")
+    open_new_job_form(page)
+    job_form_field(page, "Project").select_option(label="Vision lab")
+    hardware = job_form_field(page, "Hardware")
+    expect(hardware.locator(f"option[value='{arm.pk}']")).to_be_hidden()
+    hardware.select_option(str(local_site.hardware.pk))
+    job_form_field(page, "Datasets").select_option(label="vision: images (images.bin)")
+    expect(job_form_field(page, "Datasets").locator("option", has_text="trajectories")).to_be_disabled()
+
+    # Another project: the other project's hardware and dataset are no longer chosen nor offered.
+    job_form_field(page, "Project").select_option(label="Robotics lab")
+    expect(hardware).to_have_value("")
+    expect(hardware.locator(f"option[value='{local_site.hardware.pk}']")).to_be_disabled()
+    expect(job_form_field(page, "Datasets").locator("option", has_text="images")).to_be_disabled()
+    assert job_form_field(page, "Datasets").evaluate("s => Array.from(s.selectedOptions).map(o => o.text)") == []
+    hardware.select_option(str(arm.pk))
+    job_form_field(page, "Datasets").select_option(label="robotics: trajectories (trajectories.bin)")
+    job_form_field(page, "Name").fill("follows")
+    job_form_field(page, "Script").fill("echo hi")
+    job_form_field(page, "Walltime").fill("10m")
+    page.get_by_role("button", name="Run", exact=True).click()
+    expect(page).to_have_url(re.compile(r"/jobs/\d+/$"))
+    job = Job.objects.get()
+    assert (job.project, job.hardware, [d.name for d in job.datasets.all()]) == (robotics, arm, ["trajectories"])

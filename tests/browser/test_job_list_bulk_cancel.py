@@ -13,11 +13,12 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def test_ticking_two_waiting_jobs_and_pressing_cancel_selected_cancels_those_two_only(page, live_server, local_site, shots):
-    from portal.jobs import actions
+    from portal.jobs.actions.submit import submit_job
+    from portal.jobs.actions.validation import JobRequest
     from portal.jobs.models import Job, JobState
 
     def submit(name: str) -> Job:
-        return actions.submit_job(local_site.alice, actions.JobRequest(
+        return submit_job(local_site.alice, JobRequest(
             project=local_site.project, name=name, script="sleep 60", hardware=local_site.hardware,
             walltime="00:10:00")).job
 

@@ -264,19 +264,39 @@ def test_upload_puts_a_file_straight_into_the_object_store(logged_in, tmp_path, 
     assert StoredFile.objects.count() == 1
 
 
-def test_upload_of_a_folder_keeps_its_layout_and_sends_parts_in_parallel(logged_in, tmp_path, settings):
-    settings.KAKEHASHI_UPLOAD_PART_BYTES = 5 * 1024 * 1024
+def test_upload_of_a_folder_keeps_its_layout_sends_its_files_in_batches_and_run_again_sends_nothing(
+        logged_in, tmp_path, object_store, settings):
     folder = tmp_path / "cifar"
-    (folder / "train").mkdir(parents=True)
+    (folder / "train" / "猫").mkdir(parents=True)
     (folder / "train" / "batch_1.bin").write_bytes(os.urandom(12 * 1024 * 1024))
     (folder / "meta.txt").write_text("labels\n")
-    result = logged_in("upload", str(folder), "--project", "vision", "--dest", "datasets/cifar", "--parallel", "3")
+    for i in range(30):
+        (folder / "train" / "猫" / f"img {i}.jpg").write_bytes(os.urandom(1000 + i))
+    (folder / "link-to-etc").symlink_to("/etc/hostname")  # links are skipped, as always
+    result = logged_in("upload", str(folder), "--project", "vision", "--dest", "datasets/cifar")
     assert result.code == 0, result.err
-    assert sorted(StoredFile.objects.values_list("path", "size")) == [
-        ("datasets/cifar/meta.txt", 7), ("datasets/cifar/train/batch_1.bin", 12 * 1024 * 1024)]
-    batch = StoredFile.objects.get(path="datasets/cifar/train/batch_1.bin")
-    assert batch.sha256 == hashlib.sha256((folder / "train" / "batch_1.bin").read_bytes()).hexdigest()
-    assert UploadSession.objects.get(path=batch.path).part_count == 3
+    assert result.out.strip() == f"Uploaded 32 file(s) ({(12 * 1024 * 1024 + 7 + sum(1000 + i for i in range(30))) / 1048576:.1f} MiB) to vision."
+    paths = set(StoredFile.objects.values_list("path", flat=True))
+    assert len(paths) == 32 and "datasets/cifar/meta.txt" in paths and "datasets/cifar/train/猫/img 7.jpg" in paths
+    assert not any("link-to-etc" in p for p in paths)
+    for row in StoredFile.objects.all():
+        local = folder / row.path.removeprefix("datasets/cifar/")
+        assert row.state == "ready" and row.sha256 == hashlib.sha256(local.read_bytes()).hexdigest()
+        body = object_store.client().get_object(Bucket=settings.KAKEHASHI_S3_BUCKET, Key=row.storage_name)["Body"]
+        assert body.read() == local.read_bytes()
+    # Every file its own upload, none of them multipart: one PUT each, signed and completed in one batch.
+    assert UploadSession.objects.filter(state="completed", upload_id="").count() == 32
+
+    again = logged_in("upload", str(folder), "--project", "vision", "--dest", "datasets/cifar")
+    assert again.code == 0 and "Uploaded 0 file(s) (0 B) to vision; 32 already there with the same SHA-256." in again.out
+    assert UploadSession.objects.count() == 32
+    (folder / "meta.txt").write_text("labels, changed\n")
+    changed = logged_in("upload", str(folder), "--project", "vision", "--dest", "datasets/cifar")
+    assert changed.code == 3 and "meta.txt already exists" in changed.err and "overwrite" in changed.err
+    replaced = logged_in("--json", "upload", str(folder), "--project", "vision", "--dest", "datasets/cifar", "--overwrite")
+    assert replaced.code == 0, replaced.err
+    assert [f["path"] for f in replaced.json() if f.get("state") != "present"] == ["datasets/cifar/meta.txt"]
+    assert StoredFile.objects.get(path="datasets/cifar/meta.txt").size == 16
 
 
 def test_upload_run_again_after_an_interruption_sends_only_the_missing_parts(logged_in, tmp_path, local_site, settings):

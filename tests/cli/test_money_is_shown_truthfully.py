@@ -14,7 +14,9 @@ from django.utils import timezone
 
 from backends.base import JobRecord, State
 from portal.budgets import actions as budgets
-from portal.jobs import actions, tracking
+from portal.jobs import tracking
+from portal.jobs.actions.submit import submit_job
+from portal.jobs.actions.validation import JobRequest
 from portal.jobs.models import Job, JobState
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -22,7 +24,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def _settled(site, name: str, seconds: int) -> Job:
     """A job of `seconds` on a 10-point node-hour, ended as the tracker ends it from accounting."""
-    job = actions.submit_job(site.alice, actions.JobRequest(project=site.project, name=name, script="true",
+    job = submit_job(site.alice, JobRequest(project=site.project, name=name, script="true",
                                                             hardware=site.hardware, walltime="00:01:00")).job
     Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING, scheduler_id=f"local-{name}", started_at=timezone.now())
     now = timezone.now()
@@ -65,7 +67,7 @@ def test_a_small_estimate_and_rate_are_shown_exactly_on_the_job_list_and_the_pro
 
     tiny = HardwareType.objects.create(cluster=local_site.cluster, slug="local-tiny", name="Local tiny", cpus_per_node=1,
                                        max_nodes=1, max_walltime_hours=12, rate=Decimal("0.0042"), rate_unit="points")
-    job = actions.submit_job(local_site.alice, actions.JobRequest(project=local_site.project, name="tiny", script="true",
+    job = submit_job(local_site.alice, JobRequest(project=local_site.project, name="tiny", script="true",
                                                                   hardware=tiny, walltime="01:00:00")).job
     Job.objects.filter(pk=job.pk).update(state=JobState.QUEUED)
     assert Job.objects.get(pk=job.pk).estimate_amount == Decimal("0.0042")

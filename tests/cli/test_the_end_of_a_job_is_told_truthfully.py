@@ -14,7 +14,8 @@ from django.utils.html import escape
 
 from portal.budgets.models import Budget
 from portal.catalog.models import HardwareType
-from portal.jobs import actions
+from portal.jobs.actions.submit import submit_job
+from portal.jobs.actions.validation import JobRequest
 from portal.jobs.models import Job, JobOutput, JobState
 from portal.usage.enforcement import enforce
 from tests.conftest import ended_job, wait_for
@@ -23,7 +24,7 @@ pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
 
 def _submit(site, hardware: str, name: str, script: str, walltime: str = "00:10:00") -> Job:
-    return actions.submit_job(site.alice, actions.JobRequest(
+    return submit_job(site.alice, JobRequest(
         project=site.project, name=name, script=script, hardware=HardwareType.objects.get(slug=hardware),
         walltime=walltime)).job
 
@@ -94,8 +95,8 @@ def test_a_job_the_strict_budget_cancelled_says_so_and_why_at_the_top_of_its_pag
     enforce(Budget.objects.get(project=local_site.project))  # or the worker's periodic check got there first
     job = wait_for(lambda: ended_job(job.pk), timeout=60, message="the cancel on the local backend")
     assert job.state == JobState.CANCELLED
-    cause = "cancelled by the project's strict budget: vision reached its 0.0001 points"
-    assert job.state_reason.startswith(cause) and "(spent 0.00 + running jobs " in job.state_reason
+    cause = "cancelled by your project's strict budget: "
+    assert job.state_reason.startswith(cause) and " of 0.0001 points used (spent 0.00 + running jobs " in job.state_reason
 
     browser = Client()
     browser.force_login(local_site.alice)
@@ -105,3 +106,15 @@ def test_a_job_the_strict_budget_cancelled_says_so_and_why_at_the_top_of_its_pag
     assert "cancelled by request" not in page
     answer = logged_in("--json", "status", str(job.pk)).json()
     assert answer["cancel_reason"].startswith(cause) and answer["state_reason"] == answer["cancel_reason"]
+    assert answer["cancel_cause"] == "cancelled_by_budget"
+
+    # Its history, with each event's cause and who or what did it: the API and `kakehashi status ID --events`.
+    history = logged_in("--json", "status", str(job.pk), "--events").json()["events"]
+    assert [e["cause"] for e in history][:2] == ["submitted", "dispatched"]
+    asked, ended = history[-2], history[-1]
+    assert (asked["cause"], asked["who"], asked["actor"]) == ("cancel_requested", "the project's strict budget", None)
+    assert asked["data"]["by"] == "cancelled_by_budget" and asked["data"]["amount"] == "0.0001"
+    assert (ended["cause"], ended["to_state"], ended["text"]) == ("cancelled_by_budget", "cancelled", job.state_reason)
+    table = logged_in("status", str(job.pk), "--events").out
+    assert "History:" in table and "cancelled_by_budget" in table and "the project's strict budget" in table
+    assert logged_in("status", "--events").code == 2  # a history needs a job

@@ -145,6 +145,14 @@ conflict python
 setenv PYTHON_VERSION 3.11
 setenv KK_PYTHON /usr/bin/python3
 MOD
+    mkdir -p "$d/jupyterlab"
+    cat >"$d/jupyterlab/4.6" <<MOD
+#%Module1.0
+## JupyterLab 4.6 and jupyterhub-singleuser 6.1 (interactive sessions).
+module-whatis "JupyterLab 4.6 for interactive sessions"
+conflict jupyterlab
+prepend-path PATH $OPT_DIR/jupyterenv/bin
+MOD
     mkdir -p "$d/pytorch"
     cat >"$d/pytorch/2.13" <<MOD
 #%Module1.0
@@ -235,6 +243,28 @@ install_job_python() {
     touch "$marker"
 }
 
+install_session_python() {
+    # What an interactive session runs on a compute node (portal/sessions): jupyterhub-singleuser and JupyterLab,
+    # behind the module jupyterlab/4.6. Lab's news and update pop-ups off, as a site would set them.
+    local env=$OPT_DIR/jupyterenv marker=$OPT_DIR/jupyterenv/.kakehashi-$SESSION_PYTHON_STAMP
+    [[ -f $marker ]] && return 0
+    log "creating the session Python environment in $env (jupyterhub-singleuser, JupyterLab)"
+    rm -rf "$env"
+    /usr/bin/python3 -m venv "$env"
+    "$env/bin/pip" install -q --disable-pip-version-check "${SESSION_PYTHON_PACKAGES[@]}" \
+        2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+    # The repository's Lab extension, as a site installs it beside JupyterLab: its status bar shows a session's
+    # time left, cost so far and budget left (bump SESSION_PYTHON_STAMP when the extension changes).
+    "$env/bin/pip" install -q --disable-pip-version-check "$HERE/../../jupyterhub/kakehashi-lab" \
+        2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+    "$env/bin/jupyterhub-singleuser" --version >/dev/null || die "session Python environment is broken"
+    mkdir -p "$env/share/jupyter/lab/settings"
+    printf '%s\n' '{"@jupyterlab/apputils-extension:notification": {"checkForUpdates": false, "fetchNews": "false"}}' \
+        >"$env/share/jupyter/lab/settings/overrides.json"
+    chmod -R a+rX "$env"
+    touch "$marker"
+}
+
 install_slow_sbatch() {
     mkdir -p "$SLOW_BIN"
     cat >"$SLOW_BIN/sbatch" <<'WRAP'
@@ -275,6 +305,7 @@ CONF
 install_packages
 install_slow_sbatch
 install_job_python
+install_session_python
 install_apptainer
 install_slurm_hooks
 install_torque_wrappers

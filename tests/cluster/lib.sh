@@ -109,6 +109,11 @@ CONTAINER_IMAGE=pytorch-24.05
 # The job Python environment (install_job_python): bump the stamp when the list changes.
 JOB_PYTHON_PACKAGES=(torch==2.13.0 numpy==2.3.5 papermill==2.7.0 ipykernel==7.1.0 PyYAML==6.0.3)
 JOB_PYTHON_STAMP=1
+# The interactive sessions' environment (install_session_python): JupyterLab and the hub's single-user server, in
+# the hub's own versions, and the repository's Lab extension, as a site's `jupyterlab` module would provide them. Its own virtualenv, so adding it
+# rebuilds nothing else. Bump the stamp when the list changes.
+SESSION_PYTHON_PACKAGES=(jupyterhub==6.1.1 jupyterlab==4.6.6)
+SESSION_PYTHON_STAMP=3
 
 # Debian packages this harness needs. mariadb-server is only for the private-DB fallback.
 PACKAGES=(openssh-server munge slurmctld slurmd slurm-client slurmdbd mariadb-server

@@ -13,7 +13,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,7 +24,8 @@ import pytest
 import requests
 
 from tests.browser.conftest import new_page, page, shots  # noqa: F401 - the browser tests' fixtures, here too
-from tests.conftest import ROOT, wait_for
+from tests.conftest import ROOT, live_worker_knows, portal_process_env, wait_for
+from tests.seaweedfs import free_port
 
 HUB_DIR = ROOT / "jupyterhub"
 PROXY = HUB_DIR / "node_modules" / ".bin" / "configurable-http-proxy"
@@ -36,9 +36,7 @@ ARTIFACTS = ROOT / "test-artifacts"
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_port()  # below the ephemeral range: no outgoing connection takes it before the server binds it
 
 
 def install_proxy() -> Path:
@@ -123,10 +121,10 @@ def _stop(proc: subprocess.Popen, pid_file: Path) -> None:
         pass
 
 
-@pytest.fixture(scope="session")
-def hub(live_server, tmp_path_factory) -> Iterator[Hub]:
+def run_hub(live_server, tmp_path_factory, *, spawner: str = "simple", name: str = "jupyterhub") -> Iterator[Hub]:
+    """Start a hub with jupyterhub/jupyterhub_config.py and `spawner`, yield it once healthy, stop it after."""
     install_proxy()
-    state = tmp_path_factory.mktemp("jupyterhub")
+    state = tmp_path_factory.mktemp(name)
     public, internal, proxy_api = _free_port(), _free_port(), _free_port()
     hub = Hub(url=f"http://127.0.0.1:{public}", api_url=f"http://127.0.0.1:{internal}/hub/api",
               service_token=secrets.token_hex(32), state=state, log=state / "jupyterhub.log")
@@ -141,6 +139,7 @@ def hub(live_server, tmp_path_factory) -> Iterator[Hub]:
         "KAKEHASHI_HUB_INTERNAL_URL": f"http://127.0.0.1:{internal}",
         "KAKEHASHI_HUB_PROXY_API_URL": f"http://127.0.0.1:{proxy_api}",
         "KAKEHASHI_HUB_STATE_DIR": str(state),
+        "KAKEHASHI_HUB_SPAWNER": spawner,
         "PYTHONUNBUFFERED": "1",
     }
     with open(hub.log, "ab") as log:
@@ -166,7 +165,12 @@ def hub(live_server, tmp_path_factory) -> Iterator[Hub]:
     finally:
         _stop(proc, state / "proxy.pid")
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        shutil.copy(hub.log, ARTIFACTS / "jupyterhub.log")  # the hub's and the Lab servers' log, for CI
+        shutil.copy(hub.log, ARTIFACTS / f"{name}.log")  # the hub's and the Lab servers' log, for CI
+
+
+@pytest.fixture(scope="session")
+def hub(live_server, tmp_path_factory) -> Iterator[Hub]:
+    yield from run_hub(live_server, tmp_path_factory)
 
 
 @pytest.fixture
@@ -196,6 +200,103 @@ def hub_portal(hub, hub_settings, local_site, make_user):
     local_site.bob = bob
     local_site.hub = hub
     return local_site
+
+
+@pytest.fixture(scope="session")
+def session_hub(live_server, tmp_path_factory):
+    """A hub whose servers are Kakehashi sessions (KAKEHASHI_HUB_SPAWNER=kakehashi)."""
+    yield from run_hub(live_server, tmp_path_factory, spawner="kakehashi", name="sessionhub")
+
+
+@pytest.fixture
+def sessions_site(hpc_site, session_hub, live_server, settings):
+    """hpc_site (alice owns "vision", her accounts on every test cluster) with the portal connected to the sessions
+    hub, and its address as compute nodes reach it."""
+    settings.KAKEHASHI_HUB_URL = session_hub.url
+    settings.KAKEHASHI_HUB_API_URL = session_hub.api_url
+    settings.KAKEHASHI_HUB_API_TOKEN = session_hub.service_token
+    settings.KAKEHASHI_HUB_CLIENT_ID = "service-kakehashi"
+    settings.KAKEHASHI_HUB_CLIENT_SECRET = session_hub.service_token
+    settings.KAKEHASHI_HUB_CALLBACK_URL = f"{live_server.url}/accounts/jupyterhub/login/callback/"
+    settings.KAKEHASHI_SITE_URL = live_server.url
+    # The worker removes an ended session's server from the hub (portal/sessions/tasks.py) and reads its servers'
+    # activity for the idle rule (portal/sessions/activity.py): it must know the hub. It also lets a project's idle
+    # rule have a window of seconds (the idle-session test's; this process lowers the bound in that test only),
+    # so that its own sample reader judges sessions by the same rule as the test's, never by the site's.
+    live_worker_knows(KAKEHASHI_HUB_URL=session_hub.url, KAKEHASHI_HUB_API_URL=session_hub.api_url,
+                      KAKEHASHI_HUB_API_TOKEN=session_hub.service_token,
+                      KAKEHASHI_HUB_CALLBACK_URL=settings.KAKEHASHI_HUB_CALLBACK_URL,
+                      KAKEHASHI_IDLE_MIN_WINDOW_SECONDS="1")
+    for user in HUB_USERS[:2]:
+        session_hub.session(user)  # the hub knows a user once they have signed in
+    hpc_site.hub = session_hub
+    yield hpc_site
+    # A test that failed half-way leaves no session behind: the hub stops its servers (its spawner cancels through
+    # the portal), and what still runs on Slurm is cancelled by its id.
+    from portal.jobs.models import ACTIVE_STATES
+    from portal.sessions.models import Session
+
+    for session in Session.objects.select_related("job").filter(job__state__in=ACTIVE_STATES):
+        requests.delete(f"{session_hub.api_url}/users/{session.hub_user}/servers/{session.server_name}", timeout=30,
+                        headers={"Authorization": f"token {session_hub.service_token}"})
+        if session.job.scheduler_id.isdigit() and session.job.cluster.kind == "slurm":
+            subprocess.run(["scancel", session.job.scheduler_id], check=False, capture_output=True)
+
+
+class TunnelProcess:
+    """`manage.py session_tunnels` on the test database, as docker-compose and make run start it: started, killed
+    (SIGKILL, a crash) and started again by a test."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        start = self.log.stat().st_size if self.log.exists() else 0
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "manage.py", "session_tunnels", "--interval", "0.5"], cwd=ROOT,
+                                         env=portal_process_env(), stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+
+        def listening() -> bool:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"session_tunnels exited at start:\n{self.log.read_text()[-3000:]}")
+            with open(self.log, "rb") as fh:
+                fh.seek(start)
+                return b"session tunnels: listening" in fh.read()
+
+        wait_for(listening, timeout=60, interval=0.1, message="the tunnel process started")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture
+def session_tunnels(sessions_site, django_db_blocker) -> Iterator[TunnelProcess]:
+    """The tunnel process, running for this test (its log: test-artifacts/session-tunnels.log)."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    tunnels = TunnelProcess(ARTIFACTS / "session-tunnels.log")
+    tunnels.start()
+    yield tunnels
+    tunnels.stop()
+
+
+def hub_server(hub: Hub, user: str, name: str, *, stopped: bool = False) -> dict | None:
+    """The user's named server as the hub's API shows it: a running or starting one, or (`stopped`) one the hub
+    still keeps stopped, which counts against its named_server_limit_per_user."""
+    answer = requests.get(f"{hub.api_url}/users/{user}", timeout=10, params={"include_stopped_servers": "1"} if stopped else {},
+                          headers={"Authorization": f"token {hub.service_token}"})
+    return answer.json().get("servers", {}).get(name)
 
 
 def notebook(source: str = "print(f'result={lr * epochs}')", parameters: str = "lr = 0.1\nepochs = 1") -> dict:

@@ -26,8 +26,8 @@ TORCH = "PyTorch 2.13 + papermill (modules)"
 def hub_on_cluster(hub_portal, cluster_keys, test_cluster):
     """hub_portal with the loopback Slurm registered for project "vision" and alice's account on it (bob has none
     and is not in the project)."""
-    from portal.accounts.loopback import register_clusters
     from portal.clusters.models import Allocation, ClusterAccount
+    from portal.dev.loopback import register_clusters
 
     clusters = register_clusters(test_cluster, hub_portal.project)
     # Slurm only, so that the "1 GPU" preset resolves to its A100 slice (the plain Grid Engine's slots are cheaper).
@@ -55,7 +55,7 @@ def test_a_notebook_submitted_from_lab_with_a_preset_runs_on_the_test_clusters_s
     page.get_by_role("button", name="Submit notebook as job").click()
     dialog = page.get_by_role("dialog")
     expect(dialog.get_by_label("Project")).to_have_value("vision")
-    dialog.get_by_label("Software").select_option(label=f"{TORCH} (modules)")
+    dialog.get_by_label("Software").select_option(label=TORCH)  # the name already says its kind
     dialog.get_by_label("Hardware").select_option(value="preset:1-gpu")
     expect(dialog.get_by_label("Hardware").locator("option:checked")).to_contain_text("1 GPU — ")
     dialog.get_by_label("Walltime").fill("10m")

@@ -57,8 +57,12 @@ def test_lab_lists_the_users_projects_and_what_one_of_them_may_use(lab):
 
 def test_lab_reads_the_parameters_cell_of_the_saved_notebook(lab):
     answer = lab.call("GET", "parameters", params={"path": "analysis.ipynb"}).json()
-    assert answer == {"path": "analysis.ipynb", "name": "analysis",
-                      "parameters": [{"name": "lr", "default": "0.1"}, {"name": "epochs", "default": "1"}]}
+    assert {k: answer[k] for k in ("path", "name", "parameters")} == {
+        "path": "analysis.ipynb", "name": "analysis",
+        "parameters": [{"name": "lr", "default": "0.1"}, {"name": "epochs", "default": "1"}]}
+    # What may travel with it: the files beside it (not itself), within the limits the dialog shows.
+    assert "analysis.ipynb" not in [f["path"] for f in answer["beside"]]
+    assert answer["limits"] == {"files": 50, "bytes": 8 * 1024 * 1024}
     missing = lab.call("GET", "parameters", params={"path": "nowhere.ipynb"})
     assert missing.status_code == 404 and missing.json()["field"] == "path"
 

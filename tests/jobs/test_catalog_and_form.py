@@ -11,7 +11,9 @@ from django.urls import reverse
 from portal.catalog.models import HardwareType, Preset, Software
 from portal.catalog.queries import hardware_for_project, resolve_preset, software_for_projects
 from portal.clusters.models import Allocation, Cluster, Kind
-from portal.jobs import actions
+from portal.jobs.actions.submit import prepare_job, submit_job
+from portal.jobs.actions.sweeps import submit_sweep
+from portal.jobs.actions.validation import BudgetRefused, JobRequest, SubmitError
 from portal.jobs.models import Job, JobGroup
 from portal.jobs.specs import build_spec
 from portal.projects.models import Project
@@ -77,8 +79,8 @@ def test_a_project_sees_only_the_hardware_and_software_it_is_granted(local_site,
     software.clusters.add(dear.cluster)
     assert list(software_for_projects(Project.objects.filter(pk=local_site.project.pk))) == [software]
     assert list(software_for_projects(Project.objects.filter(pk=other.pk))) == []
-    with pytest.raises(actions.SubmitError, match="not available on"):
-        actions.prepare_job(local_site.mallory, actions.JobRequest(project=other, name="x", script="x",
+    with pytest.raises(SubmitError, match="not available on"):
+        prepare_job(local_site.mallory, JobRequest(project=other, name="x", script="x",
                                                                   hardware=local_site.hardware, software=software))
 
 
@@ -101,11 +103,11 @@ def test_advanced_edits_may_change_the_body_but_not_the_directives(local_site, g
     dear, _ = gpu_clusters
     import uuid
 
-    req = actions.JobRequest(project=local_site.project, name="adv", script="python t.py", hardware=dear,
+    req = JobRequest(project=local_site.project, name="adv", script="python t.py", hardware=dear,
                              walltime="01:00:00", uuid=uuid.uuid4())
 
     def prepare(edited):
-        return actions.prepare_job(local_site.alice, actions.JobRequest(**{**req.__dict__, "edited_script": edited}),
+        return prepare_job(local_site.alice, JobRequest(**{**req.__dict__, "edited_script": edited}),
                                    require_account=False)
 
     script = prepare(None).script
@@ -113,15 +115,15 @@ def test_advanced_edits_may_change_the_body_but_not_the_directives(local_site, g
     assert "export EXTRA=1" in prepare(edited).script
     for bad in (script.replace("--nodes=1", "--nodes=4"), script + "\n#SBATCH --qos=high\n",
                 script.replace("#SBATCH --account=grp\n", "")):
-        with pytest.raises(actions.SubmitError, match="scheduler directives are set from the form") as refused:
+        with pytest.raises(SubmitError, match="scheduler directives are set from the form") as refused:
             prepare(bad)
         assert refused.value.field == "edited_script"
 
 
 def test_a_sweep_becomes_a_group_of_jobs_each_with_its_parameters(local_site):
-    req = actions.JobRequest(project=local_site.project, name="sweep", script='echo "lr=$LR bs=$BATCH"',
+    req = JobRequest(project=local_site.project, name="sweep", script='echo "lr=$LR bs=$BATCH"',
                              hardware=local_site.hardware, walltime="00:10:00")
-    result = actions.submit_sweep(local_site.alice, req, {"LR": [0.1, 0.01], "BATCH": [32, 64]})
+    result = submit_sweep(local_site.alice, req, {"LR": [0.1, 0.01], "BATCH": [32, 64]})
     group = JobGroup.objects.get()
     jobs = list(Job.objects.filter(group=group).order_by("pk"))
     assert result.group == group and len(jobs) == 4
@@ -135,10 +137,10 @@ def test_a_sweep_becomes_a_group_of_jobs_each_with_its_parameters(local_site):
 
 
 def test_a_sweep_is_reserved_all_or_nothing(local_site):
-    req = actions.JobRequest(project=local_site.project, name="big", script="true", hardware=local_site.hardware,
+    req = JobRequest(project=local_site.project, name="big", script="true", hardware=local_site.hardware,
                              walltime="03:00:00")  # 30 points each: four do not fit in 100
-    with pytest.raises(actions.BudgetRefused):
-        actions.submit_sweep(local_site.alice, req, {"SEED": [1, 2, 3, 4]})
+    with pytest.raises(BudgetRefused):
+        submit_sweep(local_site.alice, req, {"SEED": [1, 2, 3, 4]})
     assert Job.objects.count() == 0 and JobGroup.objects.count() == 0
 
 
@@ -147,19 +149,19 @@ def test_a_sweep_is_reserved_all_or_nothing(local_site):
     ({"x": list(range(11)), "y": list(range(10))}, "expands to 110 jobs"), ({"PATH": ["/tmp"]}, "set by Kakehashi"),
 ])
 def test_bad_sweeps_are_explained(local_site, sweep, message):
-    req = actions.JobRequest(project=local_site.project, name="s", script="true", hardware=local_site.hardware)
-    with pytest.raises(actions.SubmitError, match=message):
-        actions.submit_sweep(local_site.alice, req, sweep)
+    req = JobRequest(project=local_site.project, name="s", script="true", hardware=local_site.hardware)
+    with pytest.raises(SubmitError, match=message):
+        submit_sweep(local_site.alice, req, sweep)
 
 
 def test_a_template_brings_its_files_and_launcher(local_site):
-    sub = actions.submit_job(local_site.alice, actions.JobRequest(
+    sub = submit_job(local_site.alice, JobRequest(
         project=local_site.project, name="t", template="ddp-mnist", hardware=local_site.hardware))
     spec = build_spec(sub.job)
     assert sub.job.launcher == "torchrun" and "train.py" in spec.files
     assert b"DistributedDataParallel" in spec.files["train.py"]
-    with pytest.raises(actions.SubmitError, match="unknown job template"):
-        actions.prepare_job(local_site.alice, actions.JobRequest(project=local_site.project, name="t",
+    with pytest.raises(SubmitError, match="unknown job template"):
+        prepare_job(local_site.alice, JobRequest(project=local_site.project, name="t",
                                                                 template="nope", hardware=local_site.hardware))
 
 
@@ -176,3 +178,22 @@ def test_changing_the_project_offers_that_projects_presets(client, local_site, g
     assert "Run on 8×A100" in nlp and "not available to this project" in nlp and "Beta" not in nlp
     client.force_login(local_site.mallory)  # not a member of vision: nothing
     assert "Run on" not in client.get(reverse("job-presets"), {"project": local_site.project.pk}).content.decode()
+
+
+def test_the_job_form_costs_as_many_statements_for_a_person_in_twenty_projects_as_in_one(client, local_site,
+                                                                                           django_assert_max_num_queries):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from portal.projects.models import Membership, Role
+
+    client.force_login(local_site.alice)
+    with CaptureQueriesContext(connection) as one:
+        assert client.get(reverse("job-new")).status_code == 200
+    for n in range(19):
+        project = Project.objects.create(slug=f"lab-{n}", name=f"Lab {n}")
+        Membership.objects.create(user=local_site.alice, project=project, role=Role.MEMBER)
+        Allocation.objects.create(project=project, cluster=local_site.cluster)
+    with django_assert_max_num_queries(len(one.captured_queries) + 2):  # the page lists the projects themselves
+        page = client.get(reverse("job-new"))
+    assert page.status_code == 200 and all(f"Lab {n}" in page.content.decode() for n in range(19))

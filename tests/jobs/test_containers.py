@@ -12,9 +12,10 @@ import re
 
 import pytest
 
-from portal.accounts.loopback import CONTAINER_IMAGE
 from portal.catalog.models import HardwareType, Software
-from portal.jobs import actions
+from portal.dev.loopback import CONTAINER_IMAGE
+from portal.jobs.actions.submit import submit_job
+from portal.jobs.actions.validation import JobRequest
 from portal.jobs.models import Job, JobState
 from tests.conftest import ended_job, job_output, wait_for
 
@@ -48,7 +49,7 @@ def login(transport_for):
 
 
 def _run(site, hardware: str, software: Software, script: str) -> Job:
-    job = actions.submit_job(site.alice, actions.JobRequest(
+    job = submit_job(site.alice, JobRequest(
         project=site.project, name=f"container-{hardware}", script=script, walltime="00:10:00",
         hardware=HardwareType.objects.get(slug=hardware), software=software)).job
     return wait_for(lambda: ended_job(job.pk), timeout=120, message=f"the container job on {hardware}")
@@ -129,7 +130,7 @@ def test_the_stand_in_refuses_what_it_does_not_emulate_with_a_clear_message(logi
 @pytest.mark.django_db(transaction=True)
 def test_ddp_ranks_started_by_mpirun_each_run_in_the_container_on_two_tsubame_nodes(hpc_site, live_worker):
     """The TSUBAME pattern: mpirun outside, one `apptainer exec` per rank, the ranks talking across nodes."""
-    job = actions.submit_job(hpc_site.alice, actions.JobRequest(
+    job = submit_job(hpc_site.alice, JobRequest(
         project=hpc_site.project, name="ddp-in-container", template="ddp-mnist", script="", launcher="mpirun",
         procs_per_node=2, nodes=2, walltime="00:10:00", env={"EPOCHS": "2", "SAMPLES": "1024"},
         hardware=HardwareType.objects.get(slug="tsubame-f-node"),

@@ -14,8 +14,11 @@ from django.conf import settings
 from portal.catalog.models import HardwareType
 from portal.clusters.connect import account_for, backend_for
 from portal.clusters.models import Allocation, Cluster, ClusterAccount, Kind
-from portal.jobs import actions, tracking
+from portal.jobs import tracking
 from portal.jobs.actions import submit as submit_actions
+from portal.jobs.actions.dispatch import dispatch_job
+from portal.jobs.actions.submit import submit_job
+from portal.jobs.actions.validation import JobRequest
 from portal.jobs.models import Job, JobState
 from portal.jobs.tasks import dispatch_job_task
 from tests.conftest import start_worker, stop_worker, wait_for
@@ -58,7 +61,7 @@ def test_a_worker_killed_after_sbatch_but_before_the_reply_leaves_one_job(hpc_si
     }
     # Keep this job away from the session's worker: it is dispatched only on this test's own queue.
     monkeypatch.setattr(submit_actions, "enqueue_on_commit", lambda *task: None)
-    job = actions.submit_job(hpc_site.alice, actions.JobRequest(
+    job = submit_job(hpc_site.alice, JobRequest(
         project=hpc_site.project, name="crash", script="sleep 4", hardware=slow_slurm, walltime="00:05:00")).job
 
     first = start_worker("crash-a", queue, log, **fast_recovery)
@@ -93,7 +96,7 @@ def test_a_job_whose_queue_message_was_lost_in_a_redis_restart_still_runs(local_
     import redis
 
     queue = f"lost-{uuid.uuid4().hex[:6]}"
-    job = actions.submit_job(local_site.alice, actions.JobRequest(
+    job = submit_job(local_site.alice, JobRequest(
         project=local_site.project, name="lost-message", script="echo survived", hardware=local_site.hardware,
         walltime="00:05:00")).job
     dispatch_job_task.apply_async(args=[job.pk], queue=queue)
@@ -115,16 +118,16 @@ def test_an_unreachable_login_node_keeps_the_job_submitting_and_says_why(hpc_sit
     cluster = Cluster.objects.get(slug="slurm-test")
     real_port = cluster.login_port
     Cluster.objects.filter(pk=cluster.pk).update(login_port=2299)  # nothing listens there: the login node is down
-    job = actions.submit_job(hpc_site.alice, actions.JobRequest(
+    job = submit_job(hpc_site.alice, JobRequest(
         project=hpc_site.project, name="patient", script="echo finally",
         hardware=HardwareType.objects.get(slug="slurm-a100x1"), walltime="00:05:00")).job
-    outcome = actions.dispatch_job(job.pk)
+    outcome = dispatch_job(job.pk)
     job.refresh_from_db()
     assert outcome.status == "retry"
     assert job.state == JobState.SUBMITTING and job.scheduler_id == ""
     assert "could not reach the scheduler yet" in job.state_reason and "2299" in job.state_reason
     Cluster.objects.filter(pk=cluster.pk).update(login_port=real_port)  # the login node is back
-    outcome = actions.dispatch_job(job.pk)
+    outcome = dispatch_job(job.pk)
     job.refresh_from_db()
     assert outcome.status in {"submitted", "found"} and job.state == JobState.PENDING
     assert len(_scheduler_jobs_named(job)) == 1
@@ -133,10 +136,10 @@ def test_an_unreachable_login_node_keeps_the_job_submitting_and_says_why(hpc_sit
 @pytest.mark.django_db  # not transactional, as above
 def test_tracking_an_unreachable_cluster_changes_no_job_and_flags_the_cluster(hpc_site, settings):
     settings.KAKEHASHI_LOST_AFTER_SECONDS = 0
-    job = actions.submit_job(hpc_site.alice, actions.JobRequest(
+    job = submit_job(hpc_site.alice, JobRequest(
         project=hpc_site.project, name="watched", script="sleep 30",
         hardware=HardwareType.objects.get(slug="slurm-a100x1"), walltime="00:05:00")).job
-    actions.dispatch_job(job.pk)
+    dispatch_job(job.pk)
     cluster = Cluster.objects.get(slug="slurm-test")
     Cluster.objects.filter(pk=cluster.pk).update(login_port=2299)
     report = tracking.track_cluster(cluster.pk)

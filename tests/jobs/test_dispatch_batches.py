@@ -10,15 +10,17 @@ import pytest
 
 from portal.catalog.models import HardwareType
 from portal.clusters.connect import account_for, backend_for
-from portal.jobs import actions
 from portal.jobs.actions import submit as submit_actions
+from portal.jobs.actions.dispatch import dispatch_job
+from portal.jobs.actions.submit import submit_job
+from portal.jobs.actions.validation import JobRequest
 from portal.jobs.models import Job, JobEvent, JobState
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
 
 
 def _submit(site, hardware, name: str) -> Job:
-    return actions.submit_job(site.alice, actions.JobRequest(
+    return submit_job(site.alice, JobRequest(
         project=site.project, name=name, script="sleep 60", hardware=hardware, walltime="00:05:00")).job
 
 
@@ -28,7 +30,7 @@ def test_jobs_queued_for_one_account_reach_the_scheduler_together_each_once(hpc_
     jobs = [_submit(hpc_site, a100, f"batch-{i}") for i in range(6)]
     other_cluster = _submit(hpc_site, hpc_site.hardware, "local-stays")
 
-    assert actions.dispatch_job(jobs[0].pk).status == "submitted"
+    assert dispatch_job(jobs[0].pk).status == "submitted"
 
     batch = list(Job.objects.filter(pk__in=[job.pk for job in jobs]).order_by("pk"))
     assert {job.state for job in batch} == {JobState.PENDING}
@@ -40,7 +42,7 @@ def test_jobs_queued_for_one_account_reach_the_scheduler_together_each_once(hpc_
     assert Job.objects.get(pk=other_cluster.pk).state == JobState.QUEUED  # another cluster's job waits for its own
 
     # Each job's own dispatch, when it comes, submits nothing more.
-    assert {actions.dispatch_job(job.pk).status for job in jobs[1:]} == {"skipped"}
+    assert {dispatch_job(job.pk).status for job in jobs[1:]} == {"skipped"}
     backend = backend_for(jobs[0].cluster, account_for(jobs[0].cluster, hpc_site.alice, hpc_site.project))
     for job in batch:
         named = backend.transport.run(["squeue", "-h", "-t", "all", "-n", job.scheduler_name, "-o", "%i"]).stdout.split()
@@ -57,7 +59,7 @@ def test_a_refused_job_in_a_batch_fails_alone(hpc_site, monkeypatch):
     Job.objects.filter(pk=refused.pk).update(  # the job's own script (the column `rendered_script`)
         own_script=refused.rendered_script.replace("--partition=gpu", "--partition=nosuchpartition"))
 
-    actions.dispatch_job(jobs[0].pk)
+    dispatch_job(jobs[0].pk)
 
     states = dict(Job.objects.filter(pk__in=[job.pk for job in jobs]).values_list("pk", "state"))
     assert states == {jobs[0].pk: JobState.PENDING, refused.pk: JobState.FAILED, jobs[2].pk: JobState.PENDING}

@@ -11,7 +11,9 @@ import pytest
 import requests
 from django.urls import reverse
 
-from portal.jobs import actions
+from portal.jobs.actions.submit import submit_job
+from portal.jobs.actions.sweeps import submit_sweep
+from portal.jobs.actions.validation import JobRequest
 from portal.jobs.models import Job, JobState
 from tests.conftest import wait_for
 from tests.jobs.test_notebook_form import notebook
@@ -25,7 +27,7 @@ def text_of(html: str) -> str:
 
 
 def _run(site, nb: dict, parameters: dict, name: str = "nb") -> Job:
-    job = actions.submit_job(site.alice, actions.JobRequest(
+    job = submit_job(site.alice, JobRequest(
         project=site.project, name=name, notebook=nb, parameters=parameters, hardware=site.hardware,
         walltime="00:10:00")).job
     return wait_for(lambda: Job.objects.filter(pk=job.pk, artifacts__path="notebook.ipynb").first(), timeout=120,
@@ -83,9 +85,9 @@ def test_a_failing_notebook_fails_the_job_and_its_page_shows_the_failing_cell_an
 
 def test_a_notebook_sweeps_table_compares_the_points_parameters_beside_their_executed_notebooks(
         client, local_site, live_worker):
-    req = actions.JobRequest(project=local_site.project, name="nb-sweep", notebook=notebook(), parameters={"epochs": 3},
+    req = JobRequest(project=local_site.project, name="nb-sweep", notebook=notebook(), parameters={"epochs": 3},
                              hardware=local_site.hardware, walltime="00:10:00")
-    sweep = actions.submit_sweep(local_site.alice, req, {"lr": [0.1, 0.2]})
+    sweep = submit_sweep(local_site.alice, req, {"lr": [0.1, 0.2]})
     for job in sweep.group.jobs.all():
         wait_for(lambda job=job: Job.objects.filter(pk=job.pk, artifacts__path="notebook.ipynb").first(), timeout=120,
                  message="the executed notebooks")
@@ -99,7 +101,7 @@ def test_a_notebook_sweeps_table_compares_the_points_parameters_beside_their_exe
 
 
 def test_a_notebook_file_that_nbconvert_cannot_read_is_said_so_on_its_page_not_an_error(client, local_site, live_worker):
-    job = actions.submit_job(local_site.alice, actions.JobRequest(
+    job = submit_job(local_site.alice, JobRequest(
         project=local_site.project, name="not-nb", script='echo "{broken" > "$KAKEHASHI_OUTPUT_DIR/notebook.ipynb"\n',
         hardware=local_site.hardware, walltime="00:10:00")).job
     wait_for(lambda: Job.objects.filter(pk=job.pk, artifacts__path="notebook.ipynb").first(), timeout=120,

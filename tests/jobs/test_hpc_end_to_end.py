@@ -12,7 +12,10 @@ from backends.base import State
 from portal.budgets.models import LedgerEntry
 from portal.catalog.models import HardwareType
 from portal.clusters.connect import account_for, backend_for
-from portal.jobs import actions, tracking
+from portal.jobs import tracking
+from portal.jobs.actions.dispatch import dispatch_job
+from portal.jobs.actions.submit import submit_job
+from portal.jobs.actions.validation import BudgetRefused, JobRequest
 from portal.jobs.models import Job, JobOutput, JobState
 from portal.jobs.specs import build_spec
 from tests.conftest import wait_for
@@ -65,7 +68,7 @@ def test_a_strict_budget_cancels_a_running_slurm_job_and_charges_what_it_used(hp
     from portal.budgets.models import Budget
     from portal.usage.enforcement import enforce
 
-    job = actions.submit_job(hpc_site.alice, actions.JobRequest(
+    job = submit_job(hpc_site.alice, JobRequest(
         project=hpc_site.project, name="forgotten", script="echo started; sleep 300",
         hardware=HardwareType.objects.get(slug="slurm-a100x8"), walltime="01:00:00")).job
     wait_for(lambda: Job.objects.filter(pk=job.pk, state=JobState.RUNNING).exists(), timeout=60, message="running")
@@ -80,8 +83,8 @@ def test_a_strict_budget_cancels_a_running_slurm_job_and_charges_what_it_used(hp
     backend = backend_for(job.cluster, account_for(job.cluster, job.user, job.project))
     assert backend.final_records([job.scheduler_id])[job.scheduler_id].state == State.CANCELLED
     assert Decimal("0") < job.cost_amount < Decimal("0.5")  # charged for the minutes it ran, not the hour asked
-    with pytest.raises(actions.BudgetRefused):
-        actions.submit_job(hpc_site.alice, actions.JobRequest(
+    with pytest.raises(BudgetRefused):
+        submit_job(hpc_site.alice, JobRequest(
             project=hpc_site.project, name="more", script="true", hardware=job.hardware, walltime="00:10:00"))
 
 
@@ -93,7 +96,7 @@ def test_an_impossible_request_fails_with_the_schedulers_own_message(client, hpc
         cluster=good.cluster, slug="slurm-a100x9", name="Nine A100", gpu_model="a100", gpus_per_node=9,
         cpus_per_node=16, max_nodes=1, scheduler_mapping={"partition": "gpu", "gres": "gpu:a100:9"}, rate=1,
     )
-    submission = actions.submit_job(hpc_site.alice, actions.JobRequest(
+    submission = submit_job(hpc_site.alice, JobRequest(
         project=hpc_site.project, name="too-many", script="true", hardware=impossible, walltime="00:05:00"))
     job = wait_for(lambda: _final(submission.job.pk), timeout=60, message="the refusal")
     assert job.state == JobState.FAILED
@@ -105,15 +108,15 @@ def test_an_impossible_request_fails_with_the_schedulers_own_message(client, hpc
 @pytest.mark.django_db
 def test_a_worker_killed_after_submit_does_not_submit_twice(hpc_site, settings):
     """The state a killed worker leaves: the job is on the scheduler, the portal still says submitting."""
-    submission = actions.submit_job(hpc_site.alice, actions.JobRequest(
+    submission = submit_job(hpc_site.alice, JobRequest(
         project=hpc_site.project, name="once", script="sleep 5", hardware=HardwareType.objects.get(slug="slurm-a100x1"),
         walltime="00:05:00"))
     job = submission.job
-    assert actions.dispatch_job(job.pk).status == "submitted"
+    assert dispatch_job(job.pk).status == "submitted"
     first_id = Job.objects.get(pk=job.pk).scheduler_id
     # Rewind the portal's view to "submitting, reply lost, lease expired", as after a crash.
     Job.objects.filter(pk=job.pk).update(state=JobState.SUBMITTING, scheduler_id="", dispatch_lease_until=None)
-    outcome = actions.dispatch_job(job.pk)
+    outcome = dispatch_job(job.pk)
     assert outcome.status == "found" and outcome.detail == first_id
     job.refresh_from_db()
     assert job.scheduler_id == first_id and job.state == JobState.PENDING
@@ -126,7 +129,7 @@ def test_a_worker_killed_after_submit_does_not_submit_twice(hpc_site, settings):
 @pytest.mark.django_db
 def test_a_job_neither_queue_nor_accounting_knows_is_flagged_lost(hpc_site, settings):
     settings.KAKEHASHI_LOST_AFTER_SECONDS = 0
-    submission = actions.submit_job(hpc_site.alice, actions.JobRequest(
+    submission = submit_job(hpc_site.alice, JobRequest(
         project=hpc_site.project, name="ghost", script="true", hardware=HardwareType.objects.get(slug="slurm-a100x1"),
         walltime="00:05:00"))
     Job.objects.filter(pk=submission.job.pk).update(state=JobState.RUNNING, scheduler_id="9999999")
@@ -142,10 +145,10 @@ def test_tracking_many_jobs_costs_one_status_call(hpc_site, monkeypatch):
 
     jobs = []
     for i in range(5):
-        sub = actions.submit_job(hpc_site.alice, actions.JobRequest(
+        sub = submit_job(hpc_site.alice, JobRequest(
             project=hpc_site.project, name=f"many-{i}", script="sleep 20",
             hardware=HardwareType.objects.get(slug="slurm-a100x1"), walltime="00:05:00"))
-        actions.dispatch_job(sub.job.pk)
+        dispatch_job(sub.job.pk)
         jobs.append(sub.job)
     counted = []
 
@@ -172,7 +175,7 @@ def test_tracking_many_jobs_costs_one_status_call(hpc_site, monkeypatch):
 @pytest.mark.django_db
 def test_the_rendered_spec_of_a_job_matches_what_the_backend_submits(hpc_site):
     hw = HardwareType.objects.get(slug="slurm-a100x8")
-    sub = actions.submit_job(hpc_site.alice, actions.JobRequest(
+    sub = submit_job(hpc_site.alice, JobRequest(
         project=hpc_site.project, name="spec", script="echo", hardware=hw, nodes=2, walltime="01:00:00",
         launcher="torchrun"))
     backend = backend_for(hw.cluster, account_for(hw.cluster, hpc_site.alice, hpc_site.project))
@@ -205,7 +208,7 @@ def test_tsubame_f_node_times_two_submits_with_the_projects_group(client, hpc_si
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
 def test_a_pbs_torque_job_with_8_gpus_runs_and_settles(hpc_site, live_worker):
-    job = actions.submit_job(hpc_site.alice, actions.JobRequest(
+    job = submit_job(hpc_site.alice, JobRequest(
         project=hpc_site.project, name="torque", script='echo "visible=$CUDA_VISIBLE_DEVICES"',
         hardware=HardwareType.objects.get(slug="pbs-a100x8"), walltime="00:10:00")).job
     assert "#PBS -l nodes=1:ppn=16:gpus=8" in job.rendered_script  # ppn = the node's CPUs
@@ -228,11 +231,11 @@ def test_a_cluster_may_run_a_projects_jobs_as_its_service_account(hpc_site, clus
     service = ClusterAccount(cluster=cluster, project=hpc_site.project, username="bob", public_key=public)
     service.set_private_key(private)
     service.save()
-    job = actions.submit_job(hpc_site.alice, actions.JobRequest(
+    job = submit_job(hpc_site.alice, JobRequest(
         project=hpc_site.project, name="as-service", script='echo "whoami=$(id -un)"',
         hardware=HardwareType.objects.get(slug="slurm-a100x1"), walltime="00:05:00")).job
     assert job.account_username == "bob"
-    assert actions.dispatch_job(job.pk).status == "submitted"
+    assert dispatch_job(job.pk).status == "submitted"
     job.refresh_from_db()
     backend = backend_for(cluster, account_for(cluster, job.user, job.project))
     record = wait_for(lambda: backend.final_records([job.scheduler_id]).get(job.scheduler_id), timeout=60,
@@ -246,7 +249,7 @@ def _stuck_sge_job(hpc_site, submitter: str) -> tuple[Job, str]:
     writes to a path it cannot): the shepherd fails to open /root/nope.log and SGE keeps the job as `Eqw`."""
     from portal.clusters.models import ClusterAccount
 
-    job = actions.submit_job(hpc_site.alice, actions.JobRequest(
+    job = submit_job(hpc_site.alice, JobRequest(
         project=hpc_site.project, name="eqw", script="true", hardware=HardwareType.objects.get(slug="sge-gpu"),
         walltime="00:05:00")).job
     account = ClusterAccount.objects.get(cluster=job.cluster, username=submitter)

@@ -136,10 +136,11 @@ def test_a_working_directory_outside_the_rules_is_refused(client, local_site):
 def test_a_notebook_runs_on_the_local_backend_too(local_site, live_worker):
     from django.core.files.storage import default_storage
 
-    from portal.jobs import actions
+    from portal.jobs.actions.submit import submit_job
+    from portal.jobs.actions.validation import JobRequest
     from tests.jobs.test_notebook_jobs import _notebook
 
-    job = actions.submit_job(local_site.alice, actions.JobRequest(
+    job = submit_job(local_site.alice, JobRequest(
         project=local_site.project, name="local-notebook", notebook=_notebook(), parameters={"lr": 2, "epochs": 3},
         hardware=local_site.hardware, walltime="00:10:00")).job
     job = wait_for(lambda: Job.objects.filter(pk=job.pk, artifacts__path="notebook.ipynb").first(), timeout=120,
@@ -160,10 +161,12 @@ def test_collecting_outputs_holds_no_transaction_or_row_lock_while_the_files_are
     from django.db import connection
 
     from portal.clusters.connect import backend_for
-    from portal.jobs import actions, outputs
+    from portal.jobs import outputs
+    from portal.jobs.actions.submit import prepare_job
+    from portal.jobs.actions.validation import JobRequest
 
     # A job that ended with three files in outputs/ (recorded as such, so no worker of another test touches it).
-    job = actions.prepare_job(local_site.alice, actions.JobRequest(
+    job = prepare_job(local_site.alice, JobRequest(
         project=local_site.project, name="many-outputs", hardware=local_site.hardware, walltime="00:05:00",
         script="true")).job
     job.state, job.scheduler_id = JobState.COMPLETED, "1"

@@ -8,9 +8,11 @@ import nbformat
 import pytest
 from django.core.files.storage import default_storage
 
-from portal.accounts.loopback import CONTAINER_IMAGE
 from portal.catalog.models import HardwareType, Software
-from portal.jobs import actions
+from portal.dev.loopback import CONTAINER_IMAGE
+from portal.jobs.actions.submit import submit_job
+from portal.jobs.actions.sweeps import submit_sweep
+from portal.jobs.actions.validation import JobRequest, SubmitError
 from portal.jobs.models import Job, JobState
 from tests.conftest import wait_for
 
@@ -42,7 +44,7 @@ def _outputs(job: Job) -> str:
 
 
 def test_a_notebook_with_parameters_runs_on_slurm_and_the_executed_notebook_comes_back(hpc_site, live_worker):
-    job = actions.submit_job(hpc_site.alice, actions.JobRequest(
+    job = submit_job(hpc_site.alice, JobRequest(
         project=hpc_site.project, name="notebook", notebook=_notebook(WHERE), parameters={"lr": 0.5, "epochs": 4},
         hardware=HardwareType.objects.get(slug="slurm-a100x1"), software=Software.objects.get(slug="pytorch-2-13"),
         walltime="00:10:00")).job
@@ -60,7 +62,7 @@ def test_a_notebook_with_parameters_runs_on_slurm_and_the_executed_notebook_come
 
 
 def test_a_notebook_runs_with_papermill_inside_the_container_on_tsubame_grid_engine(hpc_site, live_worker):
-    job = actions.submit_job(hpc_site.alice, actions.JobRequest(
+    job = submit_job(hpc_site.alice, JobRequest(
         project=hpc_site.project, name="notebook-in-container", notebook=_notebook(WHERE),
         parameters={"lr": 0.25, "epochs": 2}, hardware=HardwareType.objects.get(slug="tsubame-s-gpu"),
         software=Software.objects.get(image=CONTAINER_IMAGE), walltime="00:10:00")).job
@@ -78,7 +80,7 @@ def test_a_notebook_runs_with_papermill_inside_the_container_on_tsubame_grid_eng
 def test_a_failing_notebook_fails_and_still_returns_the_executed_notebook(hpc_site, live_worker):
     nb = _notebook()
     nb["cells"][1]["source"] = "raise ValueError('bad learning rate')"
-    job = actions.submit_job(hpc_site.alice, actions.JobRequest(
+    job = submit_job(hpc_site.alice, JobRequest(
         project=hpc_site.project, name="bad-notebook", notebook=nb, parameters={},
         hardware=HardwareType.objects.get(slug="slurm-a100x1"), software=Software.objects.get(slug="pytorch-2-13"),
         walltime="00:10:00")).job
@@ -94,19 +96,19 @@ def test_a_failing_notebook_fails_and_still_returns_the_executed_notebook(hpc_si
     ({"cells": "nope"}, "not a valid Jupyter notebook"),
 ])
 def test_something_that_is_not_a_notebook_is_refused(hpc_site, notebook, message):
-    with pytest.raises(actions.SubmitError, match=message):
-        actions.submit_job(hpc_site.alice, actions.JobRequest(
+    with pytest.raises(SubmitError, match=message):
+        submit_job(hpc_site.alice, JobRequest(
             project=hpc_site.project, name="nb", notebook=notebook,
             hardware=HardwareType.objects.get(slug="slurm-a100x1")))
     assert Job.objects.count() == 0
 
 
 def test_a_notebook_sweep_on_slurm_is_one_array_and_each_executed_notebook_has_its_own_parameters(hpc_site, live_worker):
-    req = actions.JobRequest(
+    req = JobRequest(
         project=hpc_site.project, name="nb-sweep", notebook=_notebook(), parameters={"epochs": 2},
         hardware=HardwareType.objects.get(slug="slurm-a100x1"), software=Software.objects.get(slug="pytorch-2-13"),
         walltime="00:10:00")
-    sweep = actions.submit_sweep(hpc_site.alice, req, {"lr": [0.25, 1.5]})
+    sweep = submit_sweep(hpc_site.alice, req, {"lr": [0.25, 1.5]})
     assert sweep.array
     jobs = [
         wait_for(lambda job=job: Job.objects.filter(pk=job.pk, artifacts__path="notebook.ipynb").first(), timeout=120,

@@ -17,9 +17,11 @@ from django.utils import timezone
 
 from backends.base import JobRecord, State
 from portal.api.tokens import issue_token
-from portal.jobs import actions, events, tracking
-from portal.jobs.actions import JobRequest
+from portal.jobs import events, tracking, transitions
 from portal.jobs.actions import submit as submit_actions
+from portal.jobs.actions.sweeps import submit_sweep
+from portal.jobs.actions.validation import JobRequest
+from portal.jobs.causes import Cause
 from portal.jobs.models import Job
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,7 +35,7 @@ def _no_dispatch(monkeypatch):
 def _ended_jobs(site, count: int) -> list[Job]:
     """`count` jobs of alice that ran and were charged: half completed, half failed."""
     req = JobRequest(project=site.project, name="page", script="true", hardware=site.hardware, walltime="00:01:00")
-    sweep = actions.submit_sweep(site.alice, req, {"SEED": list(range(count))}, array=False)
+    sweep = submit_sweep(site.alice, req, {"SEED": list(range(count))}, array=False)
     jobs = list(Job.objects.filter(group=sweep.group))
     now = timezone.now()
     Job.objects.filter(pk__in=[job.pk for job in jobs]).update(state="running", scheduler_id="x", started_at=now)
@@ -82,7 +84,7 @@ def test_a_job_page_costs_as_many_queries_with_50_events_in_its_history_as_with_
 
     def notes(count: int) -> None:
         for i in range(count):
-            events.noted(job, f"note {i}", actor=local_site.alice)
+            transitions.note(job, events.Event(Cause.OTHER, f"note {i}", actor=local_site.alice))
 
     notes(3)  # with "queued" and its ending: five events
     few, many = _grows(client, local_site, lambda: reverse("job-detail", args=[job.pk]), lambda: notes(45))
@@ -288,7 +290,7 @@ def _sweep(site, monkeypatch, points: int, name: str = "grid") -> list[Job]:
 
     monkeypatch.setattr(sweep_actions, "MAX_SWEEP_JOBS", max(points, sweep_actions.MAX_SWEEP_JOBS))  # as bench/ does
     req = JobRequest(project=site.project, name=name, script="true", hardware=site.hardware, walltime="00:01:00")
-    group = actions.submit_sweep(site.alice, req, {"SEED": list(range(points))}, array=False).group
+    group = submit_sweep(site.alice, req, {"SEED": list(range(points))}, array=False).group
     return list(Job.objects.filter(group=group).order_by("array_index", "pk"))
 
 

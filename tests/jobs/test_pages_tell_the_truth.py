@@ -56,7 +56,7 @@ def test_a_site_admin_sees_scheduler_mappings_as_key_value(client, local_site, a
                                 scheduler_mapping={"partition": "gpu", "gres": "gpu:a100:8"})
     client.force_login(admin_user)
     page = client.get(reverse("site-admin")).content.decode()
-    assert "<code>gres=gpu:a100:8 partition=gpu</code>" in page and "{&#x27;partition&#x27;" not in page  # jsonb's order
+    assert ">gres=gpu:a100:8 partition=gpu</code>" in page and "{&#x27;partition&#x27;" not in page  # jsonb's order
 
 
 @pytest.mark.parametrize(("kind", "scheduler_id", "array_id", "note"), [
@@ -99,13 +99,21 @@ def test_the_upload_form_and_its_refusal_name_the_limit_in_the_same_unit(client,
 
 
 def test_a_running_job_the_budget_is_cancelling_says_so_until_the_scheduler_stops_it(client, local_site):
-    from portal.jobs.actions import cancel_for_budget
+    from datetime import timedelta
 
+    from django.utils import timezone
+
+    from portal.budgets.models import Budget
+    from portal.usage.enforcement import enforce
+
+    # A job that has run an hour at 10 points an hour; the enforcer finds the budget lowered to 5 points.
     job = Job.objects.create(project=local_site.project, user=local_site.alice, cluster=local_site.cluster,
                              hardware=local_site.hardware, name="long", state=JobState.RUNNING, scheduler_id="local-1",
-                             walltime_seconds=3600)
-    cancel_for_budget(job.pk, "cancelled by the project's strict budget: vision reached its 100.00 points")
+                             walltime_seconds=7200, estimate_unit="points", started_at=timezone.now() - timedelta(hours=1))
+    Budget.objects.filter(pk=local_site.budget.pk).update(amount=5)
+    assert enforce(Budget.objects.get(pk=local_site.budget.pk)).cancelled == [job.pk]
     client.force_login(local_site.alice)
     status = client.get(reverse("job-status", args=[job.pk])).content.decode()
-    assert ("Cancel asked for (cancelled by the project&#x27;s strict budget: vision reached its 100.00 points): "
-            "waiting for the scheduler to stop the job.") in status
+    assert ("Cancel asked for (cancelled by your project&#x27;s strict budget: 10.00 of 5.00 points used (spent 0.00 "
+            "+ running jobs 10.00)): waiting for the scheduler to stop the job.") in status
+    assert 'data-cause="cancel_requested"' in status and "by the project&#x27;s strict budget" in status

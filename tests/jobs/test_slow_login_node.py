@@ -14,8 +14,9 @@ import pytest
 from django.conf import settings
 
 from portal.clusters.connect import account_for, backend_for
-from portal.jobs import actions
 from portal.jobs.actions import submit as submit_actions
+from portal.jobs.actions.submit import submit_job
+from portal.jobs.actions.validation import JobRequest
 from portal.jobs.models import Job, JobState
 from portal.jobs.tasks import dispatch_job_task
 from tests.conftest import start_worker, stop_worker, wait_for
@@ -29,7 +30,7 @@ def test_a_slow_login_node_does_not_hold_up_a_job_on_another_cluster(hpc_site, s
     monkeypatch.setattr(submit_actions, "enqueue_on_commit", lambda *task: None)  # dispatched on this queue only
 
     def submit(hardware, name: str) -> Job:
-        return actions.submit_job(hpc_site.alice, actions.JobRequest(
+        return submit_job(hpc_site.alice, JobRequest(
             project=hpc_site.project, name=name, script="true", hardware=hardware, walltime="00:05:00")).job
 
     slow = [submit(slow_slurm, "slow-a"), submit(slow_slurm, "slow-b")]

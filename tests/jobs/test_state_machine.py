@@ -5,18 +5,22 @@ from __future__ import annotations
 import pytest
 from django.db import transaction
 
-from portal.jobs import actions
+from portal.jobs import events
+from portal.jobs.actions.cancel import request_cancel
+from portal.jobs.actions.submit import submit_job
+from portal.jobs.actions.sweeps import submit_sweep
+from portal.jobs.actions.validation import JobRequest
 from portal.jobs.models import ALLOWED_TRANSITIONS, IllegalTransition, Job, JobEvent, JobState
-from portal.jobs.transitions import transition
+from portal.jobs.transitions import Move, apply
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def job(local_site):
-    submission = actions.submit_job(
+    submission = submit_job(
         local_site.alice,
-        actions.JobRequest(project=local_site.project, name="sm", script="true", hardware=local_site.hardware, walltime="00:05:00"),
+        JobRequest(project=local_site.project, name="sm", script="true", hardware=local_site.hardware, walltime="00:05:00"),
     )
     return submission.job
 
@@ -24,7 +28,7 @@ def job(local_site):
 def test_an_illegal_transition_is_an_error_not_an_overwrite(job):
     with pytest.raises(IllegalTransition):
         with transaction.atomic():
-            transition(Job.objects.select_for_update().get(pk=job.pk), JobState.COMPLETED)
+            apply([Move(Job.objects.select_for_update().get(pk=job.pk), JobState.COMPLETED, events.lost())])
     job.refresh_from_db()
     assert job.state == JobState.QUEUED
     assert list(job.events.values_list("to_state", flat=True)) == ["queued"]
@@ -35,20 +39,21 @@ def test_final_states_allow_no_further_transition():
         assert ALLOWED_TRANSITIONS[state] == frozenset()
 
 
-def test_every_transition_is_recorded_with_time_and_reason(job, local_site):
+def test_every_transition_is_recorded_with_time_cause_and_words(job, local_site):
     with transaction.atomic():
-        transition(Job.objects.select_for_update().get(pk=job.pk), JobState.SUBMITTING, reason="test")
-    events = list(JobEvent.objects.filter(job=job))
-    assert [(e.from_state, e.to_state) for e in events] == [("", "queued"), ("queued", "submitting")]
-    assert events[1].reason == "test"
-    assert events[0].at <= events[1].at
+        apply([Move(Job.objects.select_for_update().get(pk=job.pk), JobState.SUBMITTING, events.handing_over())])
+    history = list(JobEvent.objects.filter(job=job))
+    assert [(e.from_state, e.to_state, e.cause) for e in history] == [
+        ("", "queued", "submitted"), ("queued", "submitting", "dispatched")]
+    assert history[1].reason == "handing to the scheduler" and history[0].actor == local_site.alice
+    assert history[0].at <= history[1].at
 
 
 def test_cancelling_a_queued_job_ends_it_at_once_and_releases_its_reservation(job, local_site):
     from portal.budgets.actions import summary
 
     assert summary(local_site.budget).reserved > 0
-    actions.request_cancel(job, local_site.alice)
+    request_cancel(job, local_site.alice)
     job.refresh_from_db()
     assert job.state == JobState.CANCELLED
     after = summary(local_site.budget)
@@ -59,7 +64,7 @@ def test_an_outsider_cannot_cancel(job, local_site):
     from django.core.exceptions import PermissionDenied
 
     with pytest.raises(PermissionDenied):
-        actions.request_cancel(job, local_site.mallory)
+        request_cancel(job, local_site.mallory)
     job.refresh_from_db()
     assert job.state == JobState.QUEUED
 
@@ -82,19 +87,22 @@ def test_the_queues_word_alone_ends_a_job_only_after_accounting_had_its_grace_pe
     assert _accounting_overdue(other, first)
 
 
-def test_moving_many_jobs_at_once_checks_each_move_and_records_each_event(local_site):
-    from portal.jobs.transitions import transition_many
+def test_moving_many_jobs_at_once_checks_each_move_and_records_each_event_with_its_cause(local_site):
+    from portal.jobs import events
+    from portal.jobs.transitions import Move, apply
 
-    req = actions.JobRequest(project=local_site.project, name="many", script="true", hardware=local_site.hardware,
-                             walltime="00:05:00")
-    jobs = [job for job in actions.submit_sweep(local_site.alice, req, {"N": [1, 2, 3]}).group.jobs.order_by("pk")]
+    req = JobRequest(project=local_site.project, name="many", script="true", hardware=local_site.hardware,
+                     walltime="00:05:00")
+    jobs = [job for job in submit_sweep(local_site.alice, req, {"N": [1, 2, 3]}).group.jobs.order_by("pk")]
+    handing = events.handing_over(array=True)
     with transaction.atomic():
-        transition_many(jobs, JobState.SUBMITTING, reason="handing the array to the scheduler")
+        apply([Move(job, JobState.SUBMITTING, handing) for job in jobs])
     assert set(Job.objects.filter(pk__in=[j.pk for j in jobs]).values_list("state", flat=True)) == {"submitting"}
     for job in jobs:
-        assert list(job.events.values_list("from_state", "to_state")) == [("", "queued"), ("queued", "submitting")]
+        assert list(job.events.values_list("from_state", "to_state", "cause")) == [
+            ("", "queued", "submitted"), ("queued", "submitting", "dispatched")]
     with pytest.raises(IllegalTransition), transaction.atomic():
-        transition_many(jobs, JobState.QUEUED, reason="backwards")
+        apply([Move(job, JobState.QUEUED, handing) for job in jobs])
     with pytest.raises(ValueError, match="endings"), transaction.atomic():
-        transition_many(jobs, JobState.COMPLETED, reason="no settlement this way")
+        apply([Move(job, JobState.COMPLETED, handing) for job in jobs], expect=JobState.SUBMITTING)
     assert set(Job.objects.filter(pk__in=[j.pk for j in jobs]).values_list("state", flat=True)) == {"submitting"}

@@ -14,9 +14,11 @@ from django.test.utils import CaptureQueriesContext
 
 from portal.catalog.models import HardwareType
 from portal.clusters.connect import account_for, backend_for
-from portal.jobs import actions
-from portal.jobs.actions import JobRequest
 from portal.jobs.actions import submit as submit_actions
+from portal.jobs.actions.dispatch import dispatch_job
+from portal.jobs.actions.submit import submit_job
+from portal.jobs.actions.sweeps import submit_sweep
+from portal.jobs.actions.validation import JobRequest
 from portal.jobs.models import Job, JobEvent, JobState
 
 pytestmark = [
@@ -39,11 +41,11 @@ def _request(site, hardware=None, name: str = "count", script: str = "true") -> 
 
 
 def test_submitting_and_dispatching_one_job_takes_at_most_7_statements(local_site):
-    actions.submit_job(local_site.alice, _request(local_site))  # caches (content types, templates) warm
+    submit_job(local_site.alice, _request(local_site))  # caches (content types, templates) warm
     with CaptureQueriesContext(connection) as submit:
-        job = actions.submit_job(local_site.alice, _request(local_site)).job
+        job = submit_job(local_site.alice, _request(local_site)).job
     with CaptureQueriesContext(connection) as dispatch:
-        assert actions.dispatch_job(job.pk).status == "submitted"
+        assert dispatch_job(job.pk).status == "submitted"
     submitted, dispatched = statements(submit), statements(dispatch)
     # Submit: the role, the grant (with the budget's unit), the job with its event and audit row (one statement),
     # the reservation (one conditional UPDATE of the balance the budget row keeps, with its ledger entry: a sum of
@@ -63,10 +65,10 @@ def test_submitting_and_dispatching_one_job_takes_at_most_7_statements(local_sit
 @pytest.mark.cluster
 def test_a_slurm_job_costs_at_most_8_statements_from_submit_to_pending(hpc_site):
     a100 = HardwareType.objects.get(slug="slurm-a100x1")
-    actions.submit_job(hpc_site.alice, _request(hpc_site, a100))
+    submit_job(hpc_site.alice, _request(hpc_site, a100))
     with CaptureQueriesContext(connection) as ctx:
-        job = actions.submit_job(hpc_site.alice, _request(hpc_site, a100)).job
-        outcome = actions.dispatch_job(job.pk)
+        job = submit_job(hpc_site.alice, _request(hpc_site, a100)).job
+        outcome = dispatch_job(job.pk)
     assert outcome.status == "submitted", outcome
     counted = statements(ctx)
     # One more than the local job: the account it runs as is looked up at submit (and kept with the job, so the
@@ -77,13 +79,13 @@ def test_a_slurm_job_costs_at_most_8_statements_from_submit_to_pending(hpc_site)
 
 def test_a_sweep_submitted_job_by_job_costs_at_most_8_statements_per_job(local_site, monkeypatch):
     monkeypatch.setattr(submit_actions, "enqueue_on_commit", lambda *task: None)  # dispatched here, by this test only
-    actions.submit_job(local_site.alice, _request(local_site))
+    submit_job(local_site.alice, _request(local_site))
     points = 20
     with CaptureQueriesContext(connection) as ctx:
-        sweep = actions.submit_sweep(local_site.alice, _request(local_site, name="grid"),
+        sweep = submit_sweep(local_site.alice, _request(local_site, name="grid"),
                                      {"SEED": list(range(points))}, array=False)
         for submission in sweep.submissions:
-            assert actions.dispatch_job(submission.job.pk).status == "submitted"
+            assert dispatch_job(submission.job.pk).status == "submitted"
     counted = statements(ctx)
     assert len(counted) <= 8 * points, f"{len(counted)} statements for {points} jobs"
     assert JobEvent.objects.filter(job__group=sweep.group).count() == 3 * points
@@ -92,12 +94,12 @@ def test_a_sweep_submitted_job_by_job_costs_at_most_8_statements_per_job(local_s
 @pytest.mark.cluster
 def test_a_sweep_submitted_as_one_array_costs_less_than_one_statement_per_job(hpc_site):
     a100 = HardwareType.objects.get(slug="slurm-a100x1")
-    actions.submit_job(hpc_site.alice, _request(hpc_site, a100))
+    submit_job(hpc_site.alice, _request(hpc_site, a100))
     points = 50
     with CaptureQueriesContext(connection) as ctx:
-        sweep = actions.submit_sweep(hpc_site.alice, _request(hpc_site, a100, name="grid"),
+        sweep = submit_sweep(hpc_site.alice, _request(hpc_site, a100, name="grid"),
                                      {"SEED": list(range(points))}, array=True)
-        assert actions.dispatch_job(sweep.submissions[0].job.pk).status == "submitted"
+        assert dispatch_job(sweep.submissions[0].job.pk).status == "submitted"
     counted = statements(ctx)
     assert len(counted) < points, "\n".join(counted)
     jobs = Job.objects.filter(group=sweep.group)

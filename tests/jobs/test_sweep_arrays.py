@@ -12,7 +12,10 @@ from portal.budgets.models import LedgerEntry
 from portal.catalog.models import HardwareType
 from portal.clusters.connect import account_for, backend_for
 from portal.clusters.models import Cluster
-from portal.jobs import actions
+from portal.jobs.actions.cancel import request_cancel
+from portal.jobs.actions.dispatch import dispatch_job, recover_stale_jobs
+from portal.jobs.actions.sweeps import SweepSubmission, submit_sweep
+from portal.jobs.actions.validation import JobRequest, SubmitError
 from portal.jobs.models import Job, JobGroup, JobOutput, JobState
 from tests.conftest import wait_for
 
@@ -22,10 +25,10 @@ pytestmark = [pytest.mark.cluster]
 SITES = [("slurm-a100x1", "{}_{}"), ("tsubame-f-node", "{}.{}")]
 
 
-def _sweep(site, slug: str, script: str, values: list, **kwargs) -> actions.SweepSubmission:
-    req = actions.JobRequest(project=site.project, name="lr-sweep", script=script,
+def _sweep(site, slug: str, script: str, values: list, **kwargs) -> SweepSubmission:
+    req = JobRequest(project=site.project, name="lr-sweep", script=script,
                              hardware=HardwareType.objects.get(slug=slug), walltime="00:10:00")
-    return actions.submit_sweep(site.alice, req, {"LR": values}, **kwargs)
+    return submit_sweep(site.alice, req, {"LR": values}, **kwargs)
 
 
 def _all_final(group: JobGroup) -> list[Job] | None:
@@ -134,14 +137,14 @@ def _arrays_named(job: Job) -> set[str]:
 def test_a_worker_killed_while_submitting_an_array_never_submits_it_twice(hpc_site, slug, element):
     group = _sweep(hpc_site, slug, "sleep 60", [1, 2, 3]).group
     first = group.jobs.order_by("pk").first()
-    assert actions.dispatch_job(first.pk).status == "submitted"
+    assert dispatch_job(first.pk).status == "submitted"
     array_id = JobGroup.objects.get(pk=group.pk).scheduler_id
     # Another dispatch (a duplicate message, the recovery sweep) finds nothing waiting.
-    assert actions.dispatch_job(group.jobs.order_by("pk").last().pk).status == "skipped"
+    assert dispatch_job(group.jobs.order_by("pk").last().pk).status == "skipped"
     # Rewind to "submitting, reply lost, lease expired", as after a worker killed mid-submit.
     group.jobs.update(state=JobState.SUBMITTING, scheduler_id="", dispatch_lease_until=None)
-    assert actions.recover_stale_jobs() == [first.pk]  # one dispatch for the whole array
-    outcome = actions.dispatch_job(first.pk)
+    assert recover_stale_jobs() == [first.pk]  # one dispatch for the whole array
+    outcome = dispatch_job(first.pk)
     try:
         assert outcome.status == "found" and outcome.detail == array_id
         jobs = list(group.jobs.order_by("array_index"))
@@ -157,10 +160,10 @@ def test_a_worker_killed_while_submitting_an_array_never_submits_it_twice(hpc_si
 def test_a_point_cancelled_before_the_array_is_submitted_is_deleted_from_it(hpc_site, slug, element):
     group = _sweep(hpc_site, slug, "sleep 60", [1, 2, 3]).group
     dropped = group.jobs.get(array_index=2)
-    actions.request_cancel(dropped, hpc_site.alice)
+    request_cancel(dropped, hpc_site.alice)
     assert Job.objects.get(pk=dropped.pk).state == JobState.CANCELLED
 
-    assert actions.dispatch_job(group.jobs.get(array_index=1).pk).status == "submitted"
+    assert dispatch_job(group.jobs.get(array_index=1).pk).status == "submitted"
     array_id = JobGroup.objects.get(pk=group.pk).scheduler_id
     backend = _backend(dropped)
     try:
@@ -181,7 +184,7 @@ def test_an_array_the_scheduler_refuses_fails_every_point_and_gives_back_their_r
     script = JobGroup.objects.get(pk=group.pk).rendered_script
     JobGroup.objects.filter(pk=group.pk).update(rendered_script=script.replace("--partition=gpu",
                                                                                "--partition=nosuchpartition"))
-    outcome = actions.dispatch_job(group.jobs.order_by("pk").first().pk)
+    outcome = dispatch_job(group.jobs.order_by("pk").first().pk)
     assert outcome.status == "refused", outcome
     jobs = list(group.jobs.order_by("array_index"))
     assert {job.state for job in jobs} == {JobState.FAILED}
@@ -197,14 +200,14 @@ def test_an_array_whose_login_node_is_down_waits_in_submitting_and_is_submitted_
     cluster = Cluster.objects.get(slug="slurm-test")
     real_port = cluster.login_port
     Cluster.objects.filter(pk=cluster.pk).update(login_port=2299)  # nothing listens there: the login node is down
-    outcome = actions.dispatch_job(first.pk)
+    outcome = dispatch_job(first.pk)
     assert outcome.status == "retry", outcome
     jobs = list(group.jobs.order_by("array_index"))
     assert {job.state for job in jobs} == {JobState.SUBMITTING}
     assert all(job.dispatch_lease_until is None and "could not reach the scheduler yet" in job.state_reason
                for job in jobs)
     Cluster.objects.filter(pk=cluster.pk).update(login_port=real_port)  # the login node is back
-    outcome = actions.dispatch_job(first.pk)
+    outcome = dispatch_job(first.pk)
     array_id = JobGroup.objects.get(pk=group.pk).scheduler_id
     try:
         assert outcome.status in {"submitted", "found"} and outcome.detail == array_id
@@ -242,5 +245,5 @@ def test_a_sweep_on_pbs_is_submitted_job_by_job(hpc_site):
     sweep = _sweep(hpc_site, "pbs-cpu", 'echo "$LR"', [1, 2])
     assert not sweep.array and not sweep.group.array
     assert {job.array_index for job in sweep.group.jobs.all()} == {None}
-    with pytest.raises(actions.SubmitError, match="job by job"):
+    with pytest.raises(SubmitError, match="job by job"):
         _sweep(hpc_site, "pbs-cpu", 'echo "$LR"', [1, 2], array=True)

@@ -10,7 +10,8 @@ import pytest
 
 from portal.budgets.templatetags.money import money
 from portal.catalog.models import HardwareType
-from portal.jobs import actions
+from portal.jobs.actions.sweeps import submit_sweep
+from portal.jobs.actions.validation import JobRequest
 from portal.jobs.metrics import parse_metrics
 from portal.jobs.models import Job, JobGroup
 from tests.conftest import wait_for
@@ -37,10 +38,10 @@ def _all_final(group: JobGroup) -> list[Job] | None:
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
 def test_the_sweep_page_shows_each_points_metrics_and_cost_and_re_runs_the_failed_point(client, hpc_site, live_worker):
-    req = actions.JobRequest(project=hpc_site.project, name="lr", script=SCRIPT, walltime="00:10:00",
+    req = JobRequest(project=hpc_site.project, name="lr", script=SCRIPT, walltime="00:10:00",
                              hardware=HardwareType.objects.get(slug="slurm-a100x1"),
                              env={"SWEEP_MARK": uuid.uuid4().hex[:12]})
-    group = actions.submit_sweep(hpc_site.alice, req, {"LR": [0.1, 0.2]}).group
+    group = submit_sweep(hpc_site.alice, req, {"LR": [0.1, 0.2]}).group
     jobs = wait_for(lambda: _all_final(group), timeout=150, message="both points ended, outputs collected")
     assert [j.state for j in jobs] == ["completed", "failed"]
     client.force_login(hpc_site.alice)
@@ -68,9 +69,9 @@ def test_the_sweep_page_shows_each_points_metrics_and_cost_and_re_runs_the_faile
 
 @pytest.mark.django_db
 def test_someone_outside_the_project_cannot_see_or_re_run_a_sweep(client, local_site):
-    req = actions.JobRequest(project=local_site.project, name="s", script="true", hardware=local_site.hardware,
+    req = JobRequest(project=local_site.project, name="s", script="true", hardware=local_site.hardware,
                              walltime="00:01:00")
-    group = actions.submit_sweep(local_site.alice, req, {"X": [1, 2]}).group
+    group = submit_sweep(local_site.alice, req, {"X": [1, 2]}).group
     Job.objects.filter(group=group).update(state="failed")
     client.force_login(local_site.mallory)
     assert client.get(f"/jobs/groups/{group.pk}/").status_code == 404

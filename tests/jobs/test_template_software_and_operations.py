@@ -10,7 +10,8 @@ from django.core.management import CommandError, call_command
 from portal.catalog.models import HardwareType, Software
 from portal.clusters.connect import NoClusterAccount, account_for
 from portal.clusters.models import Cluster, ClusterAccount
-from portal.jobs import actions
+from portal.jobs.actions.submit import prepare_job, submit_job
+from portal.jobs.actions.validation import JobRequest, SubmitError
 from portal.projects.models import Membership, Project, Role
 
 pytestmark = pytest.mark.django_db
@@ -47,9 +48,9 @@ def test_a_template_job_through_the_api_without_torch_is_refused_naming_the_soft
 @pytest.mark.cluster
 def test_where_no_software_provides_it_the_template_is_refused_saying_to_ask_the_site(hpc_site):
     Software.objects.update(provides=[])
-    with pytest.raises(actions.SubmitError, match="no software on Slurm \\(test cluster\\) provides torch for project "
+    with pytest.raises(SubmitError, match="no software on Slurm \\(test cluster\\) provides torch for project "
                                                   "vision; ask the site admins"):
-        actions.prepare_job(hpc_site.alice, actions.JobRequest(
+        prepare_job(hpc_site.alice, JobRequest(
             project=hpc_site.project, name="h", template="gpu-health",
             hardware=HardwareType.objects.get(slug="slurm-a100x8")), require_account=False)
 
@@ -86,7 +87,7 @@ def test_a_clone_whose_software_is_no_longer_offered_says_why_software_is_empty(
 
     software = Software.objects.create(slug="old-env", name="Old env", kind="modules", modules=["old/1"])
     software.clusters.add(local_site.cluster)
-    job = actions.submit_job(local_site.alice, actions.JobRequest(
+    job = submit_job(local_site.alice, JobRequest(
         project=local_site.project, name="before", script="true", hardware=local_site.hardware,
         software=software)).job
     client.force_login(local_site.alice)

@@ -10,7 +10,8 @@ from collections import defaultdict
 import pytest
 
 from portal.catalog.models import HardwareType, Software
-from portal.jobs import actions
+from portal.jobs.actions.submit import submit_job
+from portal.jobs.actions.validation import JobRequest
 from portal.jobs.models import Job, JobState
 from tests.conftest import ended_job, job_output, wait_for
 
@@ -48,8 +49,8 @@ def _ranks_per_node(text: str) -> dict[str, list[int]]:
 
 
 def _submit(site, **fields) -> Job:
-    req = actions.JobRequest(project=site.project, software=Software.objects.get(slug="pytorch-2-13"), **fields)
-    return actions.submit_job(site.alice, req).job
+    req = JobRequest(project=site.project, software=Software.objects.get(slug="pytorch-2-13"), **fields)
+    return submit_job(site.alice, req).job
 
 
 def test_ddp_training_on_one_node_with_two_processes_through_torchrun_loss_falls(hpc_site, live_worker):

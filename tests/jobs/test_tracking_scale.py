@@ -19,9 +19,10 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from portal.budgets.models import UnitConversion
-from portal.jobs import actions, tracking
-from portal.jobs.actions import JobRequest
+from portal.jobs import tracking
 from portal.jobs.actions import submit as submit_actions
+from portal.jobs.actions.sweeps import submit_sweep
+from portal.jobs.actions.validation import JobRequest
 from portal.jobs.models import Job, JobEvent, JobState
 from tests.jobs.test_statement_counts import statements
 
@@ -38,7 +39,7 @@ def _no_dispatch(monkeypatch, no_live_worker):
 def _held_jobs(site, settings, count: int, name: str) -> list[Job]:
     """`count` jobs the scheduler has: running, finished or gone, in that 2:1:1 mix."""
     req = JobRequest(project=site.project, name=name, script="true", hardware=site.hardware, walltime="00:01:00")
-    groups = [actions.submit_sweep(site.alice, req, {"SEED": list(range(start, min(start + 100, count)))},
+    groups = [submit_sweep(site.alice, req, {"SEED": list(range(start, min(start + 100, count)))},
                                    array=False).group for start in range(0, count, 100)]  # 100: a sweep's limit
     jobs = list(Job.objects.filter(group__in=groups).order_by("pk"))
     root = Path(settings.KAKEHASHI_LOCAL_JOBS_DIR)

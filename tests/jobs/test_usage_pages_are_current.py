@@ -14,9 +14,10 @@ from django.utils import timezone
 
 from backends.base import JobRecord, State
 from portal.budgets.models import UnitConversion
-from portal.jobs import actions, tracking
-from portal.jobs.actions import JobRequest
+from portal.jobs import tracking
 from portal.jobs.actions import submit as submit_actions
+from portal.jobs.actions.sweeps import submit_sweep
+from portal.jobs.actions.validation import JobRequest
 from portal.jobs.models import Job
 from portal.usage.queries import usage_rows
 
@@ -31,7 +32,7 @@ def _no_dispatch(monkeypatch):
 def _ended_jobs(site, count: int, seconds: int = 60) -> list[Job]:
     """`count` jobs of alice that ran `seconds` and were charged through the tracker, as the scheduler's report."""
     req = JobRequest(project=site.project, name="usage", script="true", hardware=site.hardware, walltime="00:01:00")
-    sweep = actions.submit_sweep(site.alice, req, {"SEED": list(range(count))}, array=False)
+    sweep = submit_sweep(site.alice, req, {"SEED": list(range(count))}, array=False)
     jobs = list(Job.objects.filter(group=sweep.group))
     now = timezone.now()
     Job.objects.filter(pk__in=[job.pk for job in jobs]).update(state="running", scheduler_id="x", started_at=now)

@@ -6,7 +6,11 @@ import pytest
 from django.urls import reverse
 
 from portal.budgets.models import Budget
-from portal.jobs import actions, tracking
+from portal.jobs import tracking
+from portal.jobs.actions.cancel import request_cancel
+from portal.jobs.actions.submit import submit_job
+from portal.jobs.actions.sweeps import submit_sweep
+from portal.jobs.actions.validation import JobRequest
 from portal.jobs.models import Job, JobState
 from portal.projects.models import Membership, Role
 
@@ -15,7 +19,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def alices_job(local_site):
-    return actions.submit_job(local_site.alice, actions.JobRequest(
+    return submit_job(local_site.alice, JobRequest(
         project=local_site.project, name="private", script="echo secret", hardware=local_site.hardware)).job
 
 
@@ -31,7 +35,7 @@ def test_another_projects_job_is_not_found(client, local_site, alices_job, view)
 def test_another_projects_logs_and_sweeps_are_not_found(client, local_site, alices_job):
     client.force_login(local_site.mallory)
     assert client.get(reverse("job-log", args=[alices_job.pk, "stdout"])).status_code == 404
-    sweep = actions.submit_sweep(local_site.alice, actions.JobRequest(
+    sweep = submit_sweep(local_site.alice, JobRequest(
         project=local_site.project, name="sw", script="true", hardware=local_site.hardware), {"X": [1, 2]})
     assert client.get(reverse("job-group", args=[sweep.group.pk])).status_code == 404
 
@@ -53,7 +57,7 @@ def test_a_viewer_reads_but_cannot_submit_cancel_or_manage(client, local_site, a
     client.post(reverse("job-cancel", args=[alices_job.pk]))
     assert Job.objects.get(pk=alices_job.pk).cancel_requested_at is None
     with pytest.raises(Exception, match="not allowed to submit"):
-        actions.submit_job(viewer, actions.JobRequest(project=local_site.project, name="x", script="x",
+        submit_job(viewer, JobRequest(project=local_site.project, name="x", script="x",
                                                       hardware=local_site.hardware))
     assert client.get(reverse("project-budget", args=["vision"])).status_code == 403
     client.post(reverse("project-members", args=["vision"]), {"action": "add", "who": "mallory", "role": "owner"})
@@ -67,8 +71,8 @@ def test_a_member_cannot_cancel_someone_elses_job_but_an_admin_can(local_site, a
     Membership.objects.create(user=member, project=local_site.project, role=Role.MEMBER)
     Membership.objects.create(user=admin, project=local_site.project, role=Role.ADMIN)
     with pytest.raises(PermissionDenied):
-        actions.request_cancel(alices_job, member)
-    actions.request_cancel(alices_job, admin)
+        request_cancel(alices_job, member)
+    request_cancel(alices_job, admin)
     assert Job.objects.get(pk=alices_job.pk).state == JobState.CANCELLED
 
 
@@ -115,7 +119,13 @@ def test_the_site_admin_page_is_for_staff_and_lists_clusters_and_hardware(client
     client.force_login(make_user("root", staff=True))
     page = client.get(reverse("site-admin")).content.decode()
     assert "This machine" in page and "Local CPU" in page and "10.00 points/node-h" in page
-    assert "template=gpu-health&amp;hardware=local-cpu" in page
+    # Health checks run in the site's operations project, once a site admin sets it up on this page (issue 25).
+    assert "template=gpu-health" not in page and "set up This machine" in page
+    from portal.clusters.actions import set_up_operations
+
+    set_up_operations(local_site.cluster)
+    page = client.get(reverse("site-admin")).content.decode()
+    assert "template=gpu-health&amp;hardware=local-cpu&amp;project=site-ops" in page
 
 
 def test_the_budget_bar_refreshes_for_members_only(client, local_site, alices_job):
@@ -124,3 +134,21 @@ def test_the_budget_bar_refreshes_for_members_only(client, local_site, alices_jo
     assert "90.00</strong> points available" in bar and "reserved 10.00" in bar
     client.force_login(local_site.mallory)
     assert client.get(reverse("project-budget-bar", args=["vision"])).status_code == 404
+
+
+def test_a_service_account_name_the_login_node_would_not_take_is_refused_on_the_site_page_and_sets_nothing_up(
+        client, local_site, make_user):
+    from portal.clusters.models import Allocation, Cluster, ClusterAccount, Kind
+
+    Cluster.objects.create(slug="slurm", name="Slurm", kind=Kind.SLURM, login_host="login.example.org")
+    client.force_login(make_user("root", staff=True))
+    response = client.post("/site/health-checks/slurm/set-up/", {"slurm-username": "ops; rm -rf ~", "slurm-group": "x y"},
+                           follow=True)
+    page = response.content.decode()
+    assert "Slurm: Service account:" in page and "Group: letters, digits" in page
+    assert not ClusterAccount.objects.exists() and not Allocation.objects.filter(project__operations=True).exists()
+    response = client.post("/site/health-checks/slurm/set-up/", {"slurm-username": "kkops", "slurm-group": "kkops"},
+                           follow=True)
+    account = ClusterAccount.objects.get(cluster__slug="slurm", project__slug="site-ops")
+    assert account.username == "kkops" and account.public_key in response.content.decode()
+    assert Allocation.objects.get(project__slug="site-ops", cluster__slug="slurm").group == "kkops"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,8 @@ from pathlib import Path
 import pytest
 import requests
 from django.db import connection
+
+from tests.seaweedfs import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST = "portal.example.ac.jp"
@@ -43,9 +44,7 @@ def test_the_deployment_checks_pass_in_the_production_profile(tmp_path):
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_port()  # below the ephemeral range: no outgoing connection takes it before the server binds it
 
 
 @pytest.fixture

@@ -166,6 +166,71 @@ def test_the_portal_reaches_clusters_only_through_the_backend_interface():
                 assert node.attr not in {"transport", "run_shell"}, f"{name}:{node.lineno}"
 
 
+def _cluster_kind_comparisons(tree: ast.AST) -> list[int]:
+    """Lines comparing a cluster's kind with something, or filtering clusters by a kind: `cluster.kind == ...`,
+    `x.kind != "aws-batch"`, `filter(kind="slurm")`, `cluster__kind=...`. A registry lookup
+    (`backend_class(cluster.kind)`) and a filter on kinds a capability gave (`kind__in=cloud_kinds()`) are not."""
+    from backends import REGISTRY
+
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            cluster_kind = any(isinstance(s, ast.Attribute) and s.attr == "kind" and "cluster" in ast.unparse(s.value)
+                               for s in sides)
+            registry_kind = any(isinstance(s, ast.Constant) and s.value in REGISTRY for s in sides)
+            named_kind = any(isinstance(s, ast.Attribute) and isinstance(s.value, ast.Name) and s.value.id == "Kind"
+                             and s.attr.lower().replace("_", "-") in REGISTRY for s in sides)  # clusters.models.Kind.SLURM (a job's kind is Job.Kind)
+            if cluster_kind or registry_kind or named_kind:
+                lines.append(node.lineno)
+        if isinstance(node, ast.keyword) and node.arg and node.arg.split("__")[-1] == "kind" and (
+                "cluster" in node.arg or (isinstance(node.value, ast.Constant) and node.value.value in REGISTRY)):
+            lines.append(node.lineno)
+        if isinstance(node, ast.Name) and node.id == "CLOUD_KIND":
+            lines.append(node.lineno)
+    return lines
+
+
+# What may still speak of kinds by name: the development scaffolding that creates clusters of each kind.
+DEV = "portal.dev"
+
+
+def test_the_portal_asks_a_backend_for_capabilities_never_a_clusters_kind():
+    """A new backend is its module plus one registry line (docs/decisions/0052): the portal asks `reach`,
+    `is_cloud`, the backend's own methods, never which kind a cluster is."""
+    found = [f"{name}:{line}" for name, path in MODULES.items()
+             if name.split(".")[0] in {"portal", "workers"} and not (name + ".").startswith(DEV + ".")
+             for line in _cluster_kind_comparisons(ast.parse(path.read_text()))]
+    assert found == []
+
+
+def test_the_kind_finder_finds_what_it_forbids():
+    tree = ast.parse("cluster.kind == 'x'\nCluster.objects.filter(kind='aws-batch')\nq(job__cluster__kind=k)\n"
+                     "hw.cluster.kind != CLOUD_KIND\njob.kind == Job.Kind.NOTEBOOK\nbackend_class(cluster.kind)\n"
+                     "Cluster.objects.filter(kind__in=cloud_kinds())\n")
+    assert sorted(set(_cluster_kind_comparisons(tree))) == [1, 2, 3, 4]
+
+
+def test_no_product_app_imports_the_development_scaffolding():
+    """portal/dev (make run's launcher, demo data, the test cluster's registration) may import any app; no app
+    imports it, so a deployment could leave it out (docs/deployment.md)."""
+    found = [f"{name} -> {target}" for name, targets in GRAPH.items() if not (name + ".").startswith(DEV + ".")
+             for target in targets if (target + ".").startswith(DEV + ".")]
+    assert found == []
+
+
+def test_only_backends_reached_through_a_shell_inherit_the_shell_skeleton():
+    """AWS Batch (and a Kubernetes backend to come) implements the interface; it does not switch off half of the
+    shell skeleton. Shell schedulers inherit it."""
+    from backends import REGISTRY, backend_class
+    from backends.base import Reach
+    from backends.shell import ShellBackend
+
+    for kind in REGISTRY:
+        cls = backend_class(kind)
+        assert issubclass(cls, ShellBackend) == (cls.reach in {Reach.LOGIN_NODE, Reach.LOCAL}), kind
+
+
 LONG_MODULE = 400  # lines
 REASON = "Why one module:"
 

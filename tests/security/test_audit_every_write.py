@@ -22,7 +22,8 @@ from portal.clusters.models import Allocation, ClusterAccount
 from portal.jobs.models import Job, JobGroup
 from portal.notifications.models import Notification, Preference
 from portal.projects.models import Membership
-from portal.storage.models import Dataset, StoredFile, UploadSession
+from portal.samples.models import IdleRule
+from portal.storage.models import Dataset, Folder, StoredFile, UploadSession
 from tests.security import test_authz_matrix as matrix
 from tests.security.test_authz_matrix import PERSONAL, WRITES, Write, _route_of, _send, _url
 
@@ -54,6 +55,9 @@ EXPECTED: dict[str, list[Expect]] = {
     "project-clusters": [lambda w, p, u: [("allocation.usage", w.allocation)]],
     "project-budget": [lambda w, p, u: [("budget.set", Budget.objects.get(project=w.project))]],
     "job-cancel": [lambda w, p, u: [("job.cancel", w.job)]],
+    "job-keep": [lambda w, p, u: [("job.idle_kept", w.job)]],
+    "project-idle-rule": [lambda w, p, u: [("idle_rule.set", IdleRule.objects.get(project=w.project))]],
+    "api-job-keep": [lambda w, p, u: [("job.idle_kept", w.job)]],
     "job-group-cancel": [lambda w, p, u: _cancels(w)],
     # A sweep and a re-run are one row each, naming the group (the jobs' ids are in its data).
     "job-group-rerun": [lambda w, p, u: [("job.sweep_rerun", w.group)]],
@@ -64,14 +68,28 @@ EXPECTED: dict[str, list[Expect]] = {
     "api-upload": [lambda w, p, u: [("upload.abort", p["upload"])]],
     "api-upload-parts": [lambda w, p, u: [("upload.sign", p["upload"])]],
     "api-upload-complete": [lambda w, p, u: [("file.upload", StoredFile.objects.get(path=p["upload"].path))]],
+    "api-upload-batch": [lambda w, p, u: [("upload.batch_start", w.project)]],
+    "api-upload-batch-complete": [lambda w, p, u: [("file.upload_batch", w.project)]],
     "api-job-cancel": [lambda w, p, u: [("job.cancel", w.job)]],
+    # Stopping a session is its job's cancel: the same row, naming the session's job.
+    "session-stop": [lambda w, p, u: [("job.cancel", w.session_job)]],
+    "api-session-stop": [lambda w, p, u: [("job.cancel", w.session_job)]],
     "api-sweep-cancel": [lambda w, p, u: _cancels(w)],
     "api-token-revoke": [lambda w, p, u: [("api_token.revoke", w.token)]],
     "job-new": [lambda w, p, u: [("job.submit", job) for job in _jobs(name="walk-page")]],
     "data": [lambda w, p, u: [("file.upload", StoredFile.objects.get(path=p["path"]))]],
     "job-bulk-cancel": [lambda w, p, u: [("job.cancel", w.job)]],
     "api-jobs": [lambda w, p, u: [("job.submit", job) for job in _jobs(name="walk-api")]],
+    # A bulk submit: a job.submit row for each job it recorded, as one submit leaves for its job.
+    "api-jobs-batch": [lambda w, p, u: [("job.submit", job) for job in _jobs(name__startswith="walk-batch-")]],
     "api-sweeps": [lambda w, p, u: [("job.sweep", JobGroup.objects.get(name="walk-sweep"))]],
+    # Managing files and datasets: each change one row naming what it changed (a deleted one by its id).
+    "api-dataset": [lambda w, p, u: [("dataset.rename", w.dataset)], lambda w, p, u: [("dataset.delete", w.dataset)]],
+    "api-files-move": [lambda w, p, u: [("file.move", p["file"])]],
+    "api-files-delete": [lambda w, p, u: [("file.delete", p["file"])]],
+    "api-folders": [lambda w, p, u: [("folder.create", Folder.objects.get(path=p["path"][:-4]))]],
+    "data-manage": [lambda w, p, u: [("folder.create", Folder.objects.get(path=p["path"][:-4]))]],
+    "data-upload-abort": [lambda w, p, u: [("upload.abort", p["upload"])]],
 }
 
 

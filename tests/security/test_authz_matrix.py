@@ -33,32 +33,46 @@ from portal.api.tokens import issue_token
 from portal.audit.models import AuditEntry
 from portal.budgets.models import Budget, LedgerEntry
 from portal.clusters.models import Allocation, ClusterAccount
-from portal.jobs import actions, notebooks
+from portal.jobs import notebooks
+from portal.jobs.actions.submit import submit_job
+from portal.jobs.actions.sweeps import submit_sweep
+from portal.jobs.actions.validation import JobRequest
 from portal.jobs.models import Job, JobArtifact, JobGroup, JobState
 from portal.notifications.models import Notification
 from portal.projects.models import Membership, Role
+from portal.sessions.actions import default_app
+from portal.sessions.models import Session
 from portal.storage import uploads
-from portal.storage.models import Dataset, DatasetKind, StoredFile, UploadPart, UploadSession, UploadState
+from portal.storage.models import Dataset, DatasetKind, Folder, StoredFile, UploadPart, UploadSession, UploadState
 
 pytestmark = pytest.mark.django_db
 
 # What each route is. PUBLIC and SIGN_IN routes hold no project's data; OWN routes show the caller their own
 # things (listings, forms, their settings); PROJECT routes name one object of one project; STAFF routes are for
 # site admins. Prefixes cover the sign-in library (allauth, MFA, SAML, OIDC, the hub's OAuth) and Django's admin.
-PUBLIC = {"healthz", "api-schema", "api-docs", "hub-service-entry", "hub-service-entry-path", "api-fallback"}
+PUBLIC = {"healthz", "api-schema", "api-docs", "hub-service-entry", "hub-service-entry-path", "api-fallback",
+          # A session's server reporting its address from its node: no person's sign-in, only the server's own hub
+          # token, recognised by its digest (tests/hub/test_sessions.py; portal/sessions/actions.record_address).
+          "api-session-report"}
 SIGN_IN_PREFIX, ADMIN_PREFIX = "accounts/", "admin/"
 OWN = {
     "dashboard", "project-list", "job-list", "job-new", "job-preview", "job-presets", "site-usage", "data",
     "cluster-accounts", "cluster-account-link", "cluster-account-verify", "cluster-account-status", "api-tokens",
     "api-me", "api-projects", "api-clusters", "api-hardware", "api-software", "api-presets", "api-jobs", "api-sweeps",
+    "api-jobs-batch",
     # Act only on what the caller may see: the ticked jobs they may cancel, their own notifications and settings,
     # the clusters of their projects, the places a project of theirs may run (?project= of another is 404).
     "job-bulk-cancel", "job-notebook", "cluster-health", "notifications", "notifications-read",
     "notification-preferences", "api-places",
-    # Names a dataset in the project its body names, for those who may submit there (as api-datasets).
-    "data-datasets",
+    # Names a dataset in the project its body names, for those who may submit there (as api-datasets); the Data
+    # page's file and dataset management acts on the project its body names, for those who may submit there.
+    "data-datasets", "data-manage",
+    # GPU efficiency of the caller's projects only (as site-usage).
+    "site-gpu-efficiency",
+    # Sessions: the caller's projects' sessions; New previews and asks the hub (the hub's spawner records it).
+    "session-list", "session-new", "api-sessions",
 }
-STAFF = {"site-admin", "site-audit"}
+STAFF = {"site-admin", "site-audit", "site-health-set-up", "site-health-verify"}
 # PROJECT routes: the URL arguments naming vision's object, and whether the route changes anything (POST).
 PROJECT = {
     "project-detail": ("slug",), "project-members": ("slug",), "project-budget-bar": ("slug",),
@@ -68,13 +82,18 @@ PROJECT = {
     "api-project-detail": ("slug",), "api-budget": ("slug",), "api-files": ("slug",),
     "api-file-download": ("slug", "file"), "api-uploads": ("slug",), "api-upload": ("slug", "upload_id"),
     "api-upload-parts": ("slug", "upload_id"), "api-upload-complete": ("slug", "upload_id"),
-    "api-job-detail": ("job",), "api-job-cancel": ("job",), "api-job-logs": ("job",),
+    "api-upload-batch": ("slug",), "api-upload-batch-complete": ("slug",),
+    "api-job-detail": ("job",), "api-job-cancel": ("job",), "api-job-logs": ("job",), "api-job-events": ("job",),
     "api-job-output": ("job", "artifact_id"), "api-sweep-detail": ("group",), "api-sweep-cancel": ("group",),
     "project-clusters": ("slug",), "job-group-rerun": ("group",), "job-executed-notebook": ("job",),
     "api-datasets": ("slug",), "api-dataset": ("slug", "dataset"),
+    "api-files-move": ("slug",), "api-files-delete": ("slug",), "api-folders": ("slug",),
+    "data-upload-abort": ("upload_id",),
+    "project-idle-rule": ("slug",), "project-gpu-efficiency": ("slug",), "job-gpu": ("job",), "job-keep": ("job",), "api-job-samples": ("job",), "api-job-keep": ("job",),
+    "session-stop": ("session",), "api-session-detail": ("session",), "api-session-stop": ("session",),
 }
 MARKERS = ("Vision lab", "secret-job", "secret-sweep", "vision-secret.txt", "vision-upload.bin", "alices-token",
-           "secret-data", "secret_param")
+           "secret-data", "secret_param", "secret-session")
 
 
 def routes() -> list[tuple[str, str]]:
@@ -129,11 +148,11 @@ def world(local_site, make_user):
     site.staff = make_user("sam", staff=True)
 
     def job_request(user, name):
-        return actions.JobRequest(project=site.project, name=name, script="echo secret", hardware=site.hardware)
+        return JobRequest(project=site.project, name=name, script="echo secret", hardware=site.hardware)
 
-    site.job = actions.submit_job(site.alice, job_request(site.alice, "secret-job")).job
-    site.members_job = actions.submit_job(site.member, job_request(site.member, "secret-job-2")).job
-    site.group = actions.submit_sweep(site.alice, job_request(site.alice, "secret-sweep"), {"X": [1, 2]}).group
+    site.job = submit_job(site.alice, job_request(site.alice, "secret-job")).job
+    site.members_job = submit_job(site.member, job_request(site.member, "secret-job-2")).job
+    site.group = submit_sweep(site.alice, job_request(site.alice, "secret-sweep"), {"X": [1, 2]}).group
     name = default_storage.save(f"test-artifacts/{site.job.pk}/result.txt", ContentFile(b"secret output"))
     site.artifact = JobArtifact.objects.create(job=site.job, path="result.txt", size=13, stored_name=name)
     executed = json.dumps(NOTEBOOK).encode()
@@ -146,13 +165,17 @@ def world(local_site, make_user):
     site.dataset = Dataset.objects.create(project=site.project, name="secret-data", kind=DatasetKind.FILE,
                                           stored_file=site.file, size=6, sha256="0" * 64, created_by=site.alice)
     site.token, _ = issue_token(site.alice, name="alices-token", scopes=["read", "submit"])
+    site.session_job = submit_job(site.alice, job_request(site.alice, "secret-session")).job
+    Job.objects.filter(pk=site.session_job.pk).update(kind=Job.Kind.SESSION)
+    Session.objects.create(job=site.session_job, app=default_app(), hub_user="alice",
+                           server_name="secret-session", token_digest="0" * 64)
     return site
 
 
 def url_of(route: str, world, args: tuple[str, ...], **overrides) -> str:
     values = {"slug": "vision", "job": world.job.pk, "stream": "stdout", "group": world.group.pk,
               "artifact_id": world.artifact.pk, "file": world.file.pk, "token": world.token.pk,
-              "upload_id": world.upload.pk, "dataset": world.dataset.name, **overrides}
+              "upload_id": world.upload.pk, "dataset": world.dataset.name, "session": world.session_job.pk, **overrides}
     names = iter(args)
 
     def fill(match: re.Match) -> str:
@@ -279,7 +302,7 @@ def test_ids_of_another_projects_objects_answer_like_ids_that_do_not_exist(clien
     _, secret = issue_token(world.mallory, name="mallory", scopes=["read", "submit"])
     headers = {"Authorization": f"Bearer {secret}"}
     missing = Job.objects.order_by("-pk").first().pk + 1000
-    for template in ("/api/v1/jobs/{}/", "/api/v1/jobs/{}/logs/", "/api/v1/sweeps/{}/"):
+    for template in ("/api/v1/jobs/{}/", "/api/v1/jobs/{}/logs/", "/api/v1/jobs/{}/events/", "/api/v1/sweeps/{}/"):
         theirs = client.get(template.format(world.job.pk if "jobs" in template else world.group.pk), headers=headers)
         nothing = client.get(template.format(missing), headers=headers)
         assert theirs.status_code == nothing.status_code == 404
@@ -367,6 +390,10 @@ def test_only_site_admins_reach_the_site_pages_and_the_django_admin(client, worl
             assert response.status_code in (302, 403, 404), (user.username, url, response.status_code)
             if response.status_code == 302:
                 assert "login" in response["Location"]
+        for url in ("/site/health-checks/local/set-up/", "/site/health-checks/local/check/"):
+            response = client.post(url, {"local-username": "kkops"})
+            assert response.status_code in (302, 403, 404) and "login" in response.get("Location", "login"), url
+    assert not Allocation.objects.filter(project__operations=True).exists()
     client.force_login(world.staff)
     assert client.get("/site/").status_code == 200
 
@@ -408,6 +435,24 @@ def _job_state(pk) -> str:
     return Job.objects.get(pk=pk).state
 
 
+def _running(world) -> dict:
+    """alice's job as the scheduler runs it (only a running job can be kept)."""
+    Job.objects.filter(pk=world.job.pk).update(state=JobState.RUNNING, scheduler_id="4242")
+    return {}
+
+
+def _rule_threshold(project) -> float | None:
+    from portal.samples.models import IdleRule
+
+    return IdleRule.objects.filter(project=project).values_list("threshold_percent", flat=True).first()
+
+
+def _keeps(pk) -> int:
+    from portal.samples.models import JobSamples
+
+    return JobSamples.objects.filter(job_id=pk).values_list("keeps", flat=True).first() or 0
+
+
 def _failed_point(world) -> dict:
     point = world.group.jobs.order_by("pk").first()
     Job.objects.filter(pk=point.pk).update(state=JobState.FAILED)
@@ -425,6 +470,17 @@ def _upload(world, *, sent: bool = False) -> dict:
     return {"upload_id": session.pk, "upload": session}
 
 
+def _batch_upload(world) -> dict:
+    """A fresh 10-byte upload of alice's from a batch, PUT to the store, ready to complete."""
+    from portal.storage import batch_uploads
+
+    data = b"0123456789"
+    answer, = batch_uploads.create_batch(world.alice, world.project, [
+        {"path": f"walk-{next(_fresh)}.bin", "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}])
+    assert requests.put(answer["url"], data=data, headers=answer["headers"], timeout=30).status_code == 200
+    return {"upload_id": answer["id"]}
+
+
 def _data_root(world) -> dict:
     Allocation.objects.filter(pk=world.allocation.pk).update(data_root="/srv/vision")
     return {}
@@ -433,6 +489,14 @@ def _data_root(world) -> dict:
 def _path(world) -> dict:
     """A path never used before: the store keeps what a rolled-back case wrote."""
     return {"path": f"walk/{next(_fresh)}.txt"}
+
+
+def _stored(world) -> dict:
+    """A fresh file of vision's that no dataset names (the store's bytes are not needed to move or delete it)."""
+    path = f"walk/{next(_fresh)}.txt"
+    stored = StoredFile.objects.create(project=world.project, path=path, storage_name=f"projects/vision/{path}",
+                                       size=6, sha256="0" * 64, uploaded_by=world.alice)
+    return {"path": path, "file": stored}
 
 
 def _b64sha(data: bytes) -> str:
@@ -474,13 +538,45 @@ WRITES: dict[str, Any] = {
     "job-artifact": READ_ONLY, "job-executed-notebook": READ_ONLY,
     "job-cancel": [Write("POST", MANAGERS, BACK_WITH_ERROR,
                          done=lambda w, p, u: _job_state(w.job.pk) == JobState.CANCELLED)],
+    # The project's idle-GPU rule: its owners and admins (and site admins), as the budget.
+    "project-idle-rule": [Write("POST", MANAGERS, 403, data=lambda w, p: {
+        "threshold_percent": "7", "window_minutes": "90", "warn_at_minutes": "90", "action": "tell",
+        "cancel_after_minutes": "120", "keep_max_hours": "12", "exempt_busy_gpus": "1"},
+        done=lambda w, p, u: _rule_threshold(w.project) == 7)],
+    # What a job's GPUs do: read by whoever sees the job. Keeping an idle job running: its owner only.
+    "job-gpu": READ_ONLY, "api-job-samples": READ_ONLY, "project-gpu-efficiency": READ_ONLY,
+    "job-keep": [Write("POST", HOLDER, BACK_WITH_ERROR, prepare=lambda w: _running(w), data=lambda w, p: {"hours": "1"},
+                       done=lambda w, p, u: _keeps(w.job.pk) > 0)],
+    "api-job-keep": [Write("POST", HOLDER, 403, prepare=lambda w: _running(w), data=lambda w, p: {"hours": 1},
+                           done=lambda w, p, u: _keeps(w.job.pk) > 0)],
     "job-group-cancel": [Write("POST", MANAGERS, BACK_WITH_ERROR,
                                done=lambda w, p, u: not w.group.jobs.exclude(state=JobState.CANCELLED).exists())],
     # Re-running a sweep's failed points is a submit: anyone who may submit, and the new jobs are theirs.
     "job-group-rerun": [Write("POST", SUBMITTERS, BACK_WITH_ERROR, prepare=_failed_point,
                               done=lambda w, p, u: w.group.jobs.filter(user=u).exists())],
     # Files and datasets.
-    "data-download": READ_ONLY, "api-file-download": READ_ONLY, "api-dataset": READ_ONLY,
+    "data-download": READ_ONLY, "api-file-download": READ_ONLY,
+    # Renaming and deleting a dataset, moving, deleting and making files and folders: who may submit.
+    "api-dataset": [
+        Write("PATCH", SUBMITTERS, 403, data=lambda w, p: {"name": "walked-renamed"},
+              done=lambda w, p, u: Dataset.objects.filter(name="walked-renamed").exists()),
+        Write("DELETE", SUBMITTERS, 403, done=lambda w, p, u: not Dataset.objects.filter(pk=w.dataset.pk).exists()),
+    ],
+    "api-files-move": [Write("POST", SUBMITTERS, 403, prepare=lambda w: _stored(w),
+                             data=lambda w, p: {"source": p["path"], "destination": p["path"] + ".moved"},
+                             done=lambda w, p, u: StoredFile.objects.filter(path=p["path"] + ".moved").exists())],
+    "api-files-delete": [Write("POST", SUBMITTERS, 403, prepare=lambda w: _stored(w),
+                               data=lambda w, p: {"path": p["path"]},
+                               done=lambda w, p, u: not StoredFile.objects.filter(path=p["path"]).exists())],
+    "api-folders": [Write("POST", SUBMITTERS, 403, prepare=_path, data=lambda w, p: {"path": p["path"][:-4]},
+                          done=lambda w, p, u: Folder.objects.filter(path=p["path"][:-4]).exists())],
+    "data-manage": [Write("POST", SUBMITTERS, BACK_WITH_ERROR, prepare=_path,
+                          data=lambda w, p: {"action": "mkdir", "project": "vision", "path": p["path"][:-4]},
+                          done=lambda w, p, u: Folder.objects.filter(path=p["path"][:-4]).exists())],
+    # An unfinished upload is aborted on the Data page by whoever started it (404 to everyone else).
+    "data-upload-abort": [Write("POST", HOLDER, 404, prepare=_upload,
+                                done=lambda w, p, u: UploadSession.objects.get(pk=p["upload_id"]).state
+                                == UploadState.ABORTED)],
     "api-files": [Write("POST", SUBMITTERS, 403, form=True, disk=True, prepare=_path,
                         data=lambda w, p: {"file": _file("walk.txt"), "path": p["path"]},
                         done=lambda w, p, u: StoredFile.objects.filter(path=p["path"]).exists())],
@@ -503,9 +599,16 @@ WRITES: dict[str, Any] = {
     "api-upload-complete": [Write("POST", HOLDER, 404, prepare=lambda w: _upload(w, sent=True),
                                   done=lambda w, p, u: UploadSession.objects.get(pk=p["upload_id"]).state
                                   == UploadState.COMPLETED)],
+    "api-upload-batch": [Write("POST", SUBMITTERS, 403, prepare=_path, data=lambda w, p: {"files": [
+        {"path": p["path"], "size": 10, "sha256": hashlib.sha256(b"0123456789").hexdigest()}]},
+        done=lambda w, p, u: UploadSession.objects.filter(path=p["path"]).exists())],
+    "api-upload-batch-complete": [Write("POST", HOLDER, 404, prepare=_batch_upload,
+                                        data=lambda w, p: {"ids": [p["upload_id"]]},
+                                        done=lambda w, p, u: UploadSession.objects.get(pk=p["upload_id"]).state
+                                        == UploadState.COMPLETED)],
     # The API's reads of a project, a job and a sweep; its cancels.
     "api-project-detail": READ_ONLY, "api-budget": READ_ONLY, "api-job-detail": READ_ONLY,
-    "api-job-logs": READ_ONLY, "api-job-output": READ_ONLY, "api-sweep-detail": READ_ONLY,
+    "api-job-logs": READ_ONLY, "api-job-events": READ_ONLY, "api-job-output": READ_ONLY, "api-sweep-detail": READ_ONLY,
     "api-job-cancel": [Write("POST", MANAGERS, 403, done=lambda w, p, u: _job_state(w.job.pk) == JobState.CANCELLED)],
     "api-sweep-cancel": [Write("POST", MANAGERS, 403,
                                done=lambda w, p, u: not w.group.jobs.exclude(state=JobState.CANCELLED).exists())],
@@ -529,10 +632,22 @@ WRITES: dict[str, Any] = {
                               done=lambda w, p, u: _job_state(w.job.pk) == JobState.CANCELLED)],
     "api-jobs": [Write("POST", SUBMITTERS, 403, data=lambda w, p: _submit_body(w, "walk-api"),
                        done=lambda w, p, u: Job.objects.filter(name="walk-api", user=u).exists())],
+    "api-jobs-batch": [Write("POST", SUBMITTERS, 403,
+                             data=lambda w, p: {"jobs": [_submit_body(w, "walk-batch-0"), _submit_body(w, "walk-batch-1")]},
+                             done=lambda w, p, u: Job.objects.filter(name__startswith="walk-batch-", user=u).exists())],
     "api-sweeps": [Write("POST", SUBMITTERS, 403, data=lambda w, p: {**_submit_body(w, "walk-sweep"), "sweep": {"X": [1, 2]}},
                          done=lambda w, p, u: JobGroup.objects.filter(name="walk-sweep").exists())],
+    # Sessions: stopping one is its cancel (its owner, project admins and owners); reading one, like a job.
+    "session-stop": [Write("POST", MANAGERS, BACK_WITH_ERROR,
+                           done=lambda w, p, u: _job_state(w.session_job.pk) == JobState.CANCELLED)],
+    "api-session-stop": [Write("POST", MANAGERS, 403,
+                               done=lambda w, p, u: _job_state(w.session_job.pk) == JobState.CANCELLED)],
+    "api-session-detail": READ_ONLY,
+    # Starting a session records nothing here: the portal asks the hub, whose spawner records it with its server's
+    # own hub token (no hub in this walk, so nobody's start goes anywhere).
+    "session-new": READ_ONLY, "api-sessions": READ_ONLY, "session-list": READ_ONLY,
     # OWN routes that only read, or only preview (nothing recorded).
-    **dict.fromkeys(["dashboard", "project-list", "job-list", "job-preview", "job-presets", "job-notebook", "site-usage",
+    **dict.fromkeys(["dashboard", "project-list", "job-list", "job-preview", "job-presets", "job-notebook", "site-usage", "site-gpu-efficiency",
                      "cluster-accounts", "cluster-health", "notifications", "api-me", "api-projects", "api-clusters",
                      "api-hardware", "api-software", "api-presets", "api-places"], READ_ONLY),
     # OWN routes that change the caller's own things only.
@@ -574,6 +689,8 @@ def _send(client, method: str, url: str, data: dict, *, json_body: bool, headers
     headers = headers or {}
     if method == "DELETE":
         return client.delete(url, headers=headers)
+    if method == "PATCH":
+        return client.patch(url, json.dumps(data), content_type="application/json", headers=headers)
     if json_body:
         return client.post(url, json.dumps(data), content_type="application/json", headers=headers)
     return client.post(url, data, headers=headers)
@@ -632,7 +749,7 @@ def test_each_role_and_token_scope_changes_exactly_what_the_table_allows(client,
 
 # Who may GET a PROJECT route, when not everyone who can see the project may (the others' answer); any other
 # PROJECT route is read by every role, or answers 405 to every role when it only takes POST or DELETE.
-GET_LIMITS = {"project-budget": (MANAGERS, 403), "api-upload": (HOLDER, 404), "api-upload-parts": (HOLDER, 404)}
+GET_LIMITS = {"project-budget": (MANAGERS, 403), "project-idle-rule": (MANAGERS, 403), "api-upload": (HOLDER, 404), "api-upload-parts": (HOLDER, 404)}
 
 
 def test_every_project_route_is_read_by_every_role_it_should_be_and_by_no_other(client, world):
@@ -751,8 +868,11 @@ def test_cloning_another_projects_job_prefills_nothing_of_it(client, world):
     for clone in (world.job.pk, world.members_job.pk):
         body = client.get(f"/jobs/new/?clone={clone}&project=vision").content.decode()
         assert not any(m in body for m in ("secret-job", "echo secret", "Vision lab")), clone
-    client.force_login(world.viewer)  # who may see the job gets it prefilled: the check above could have seen it
+    client.force_login(world.member)  # who may see the job gets it prefilled: the check above could have seen it
     assert "echo secret" in client.get(f"/jobs/new/?clone={world.job.pk}").content.decode()
+    client.force_login(world.viewer)  # a viewer is told they may not submit, with no form (issue 25)
+    body = client.get(f"/jobs/new/?clone={world.job.pk}").content.decode()
+    assert "You may not submit jobs: you are a viewer" in body and "echo secret" not in body
 
 
 def test_nobody_reaches_another_persons_cluster_account(client, world):

@@ -178,7 +178,8 @@ def _private_cluster(hpc_site, cluster_keys, test_cluster, port: int, kind: str 
     from portal.catalog.models import HardwareType
     from portal.clusters.connect import account_for, backend_for
     from portal.clusters.models import Allocation, Cluster, ClusterAccount, Kind
-    from portal.jobs import actions
+    from portal.jobs.actions.submit import submit_job
+    from portal.jobs.actions.validation import JobRequest
 
     host_key = (test_cluster / "etc" / "ssh_host_ed25519_key.pub").read_text().split()[:2]
     cluster = Cluster.objects.create(slug=f"{kind}-private", name=f"{kind} (private login node)", kind=kind,
@@ -195,7 +196,7 @@ def _private_cluster(hpc_site, cluster_keys, test_cluster, port: int, kind: str 
     account.save()
 
     def submit(name: str, script: str):
-        return actions.submit_job(hpc_site.alice, actions.JobRequest(
+        return submit_job(hpc_site.alice, JobRequest(
             project=hpc_site.project, name=name, script=script, hardware=hardware, walltime="00:05:00")).job
 
     def on_scheduler(job) -> list[str]:
@@ -313,20 +314,21 @@ def test_a_login_node_whose_sshd_stops_leaves_every_job_truthful_and_recovers_wi
         client, hpc_site, cluster_keys, test_cluster, private_login_node):
     from backends.transport import SSHTransport
     from portal.clusters import health
-    from portal.jobs import actions, tracking
+    from portal.jobs import tracking
+    from portal.jobs.actions.dispatch import dispatch_job
     from portal.jobs.models import JobState
 
     port, stop, start, _, _ = private_login_node
     cluster, submit, on_scheduler = _private_cluster(hpc_site, cluster_keys, test_cluster, port)
 
     running = submit("running-through", "sleep 25")
-    assert actions.dispatch_job(running.pk).status == "submitted"
+    assert dispatch_job(running.pk).status == "submitted"
     waiting = submit("waiting-out", "echo after the outage")
     since = _answered(cluster)
     try:
         stop()
         # Being submitted while the login node is down: it keeps waiting, says why, and is never failed.
-        outcome = actions.dispatch_job(waiting.pk)
+        outcome = dispatch_job(waiting.pk)
         waiting.refresh_from_db()
         assert outcome.status == "retry"
         assert waiting.state == JobState.SUBMITTING and waiting.scheduler_id == ""
@@ -344,7 +346,7 @@ def test_a_login_node_whose_sshd_stops_leaves_every_job_truthful_and_recovers_wi
     finally:
         start()
     SSHTransport.close_all()  # connections the portal held died with the daemon
-    outcome = actions.dispatch_job(waiting.pk)
+    outcome = dispatch_job(waiting.pk)
     waiting.refresh_from_db()
     assert outcome.status in ("submitted", "found") and waiting.state == JobState.PENDING
     assert len(on_scheduler(waiting)) == 1  # one submission, however many tries
@@ -365,16 +367,17 @@ def test_a_slurm_controller_that_stops_answering_fails_no_job_and_records_the_on
     on that guess. The controller stops for this login node only (its own slurm.conf points elsewhere), so the
     shared controller keeps running the jobs: one of them ends while the portal cannot ask about it."""
     from portal.clusters import health
-    from portal.jobs import actions, tracking
+    from portal.jobs import tracking
+    from portal.jobs.actions.dispatch import dispatch_job
     from portal.jobs.models import Job, JobState
     from tests.conftest import wait_for
 
     port, _, _, controller, _ = private_login_node
     cluster, submit, on_scheduler = _private_cluster(hpc_site, cluster_keys, test_cluster, port)
     running = submit("queued-through", "sleep 40")
-    assert actions.dispatch_job(running.pk).status == "submitted"
+    assert dispatch_job(running.pk).status == "submitted"
     ending = submit("ends-in-the-outage", "sleep 12")
-    assert actions.dispatch_job(ending.pk).status == "submitted"
+    assert dispatch_job(ending.pk).status == "submitted"
     waiting = submit("submitted-after", "echo after the outage")
     wait_for(lambda: tracking.track_cluster(cluster.pk).error == "" and Job.objects.get(pk=ending.pk).state
              == JobState.RUNNING, timeout=60, interval=1, message="the short job to be seen running")
@@ -382,7 +385,7 @@ def test_a_slurm_controller_that_stops_answering_fails_no_job_and_records_the_on
     ending.refresh_from_db()
     try:
         controller(up=False)
-        outcome = actions.dispatch_job(waiting.pk)
+        outcome = dispatch_job(waiting.pk)
         waiting.refresh_from_db()
         assert outcome.status == "retry", outcome
         assert waiting.state == JobState.SUBMITTING and "controller is not answering" in waiting.state_reason
@@ -400,7 +403,7 @@ def test_a_slurm_controller_that_stops_answering_fails_no_job_and_records_the_on
     finally:
         controller(up=True)
     _recorded_once(cluster, ending)
-    outcome = actions.dispatch_job(waiting.pk)
+    outcome = dispatch_job(waiting.pk)
     waiting.refresh_from_db()
     assert outcome.status in ("submitted", "found") and waiting.state == JobState.PENDING
     assert len(on_scheduler(waiting)) == 1
@@ -450,8 +453,9 @@ def test_a_redis_restart_with_dispatches_queued_loses_no_job_and_the_worker_carr
 
     from django.conf import settings
 
-    from portal.jobs import actions
     from portal.jobs.actions import submit as submit_actions
+    from portal.jobs.actions.submit import submit_job
+    from portal.jobs.actions.validation import JobRequest
     from portal.jobs.models import Job, JobState
     from portal.jobs.tasks import dispatch_job_task
     from tests.conftest import start_worker, stop_worker, wait_for
@@ -464,7 +468,7 @@ def test_a_redis_restart_with_dispatches_queued_loses_no_job_and_the_worker_carr
     monkeypatch.setattr(submit_actions, "enqueue_on_commit", lambda *task: None)
 
     def submit(name: str) -> Job:
-        job = actions.submit_job(local_site.alice, actions.JobRequest(
+        job = submit_job(local_site.alice, JobRequest(
             project=local_site.project, name=name, script=f"echo {name}", hardware=local_site.hardware,
             walltime="00:05:00")).job
         with app.connection_for_write(url) as connection:
@@ -498,16 +502,17 @@ def test_a_grid_engine_qmaster_that_stops_answering_fails_no_job_and_records_the
     """The qmaster stops answering this login node only (its commands look for it on a closed port), so the shared
     qmaster keeps running the jobs: one of them ends while the portal cannot ask about it."""
     from portal.clusters import health
-    from portal.jobs import actions, tracking
+    from portal.jobs import tracking
+    from portal.jobs.actions.dispatch import dispatch_job
     from portal.jobs.models import Job, JobState
     from tests.conftest import wait_for
 
     port, _, _, _, qmaster = private_login_node
     cluster, submit, on_scheduler = _private_cluster(hpc_site, cluster_keys, test_cluster, port, kind="sge")
     running = submit("queued-through", "sleep 40")
-    assert actions.dispatch_job(running.pk).status == "submitted"
+    assert dispatch_job(running.pk).status == "submitted"
     ending = submit("ends-in-the-outage", "sleep 12")
-    assert actions.dispatch_job(ending.pk).status == "submitted"
+    assert dispatch_job(ending.pk).status == "submitted"
     waiting = submit("submitted-after", "sleep 20")
     wait_for(lambda: tracking.track_cluster(cluster.pk).error == "" and Job.objects.get(pk=ending.pk).state
              == JobState.RUNNING, timeout=60, interval=1, message="the short job to be seen running")
@@ -515,7 +520,7 @@ def test_a_grid_engine_qmaster_that_stops_answering_fails_no_job_and_records_the
     ending.refresh_from_db()
     try:
         qmaster(up=False)
-        outcome = actions.dispatch_job(waiting.pk)
+        outcome = dispatch_job(waiting.pk)
         waiting.refresh_from_db()
         assert outcome.status == "retry", outcome
         assert waiting.state == JobState.SUBMITTING and waiting.scheduler_id == ""
@@ -532,7 +537,7 @@ def test_a_grid_engine_qmaster_that_stops_answering_fails_no_job_and_records_the
     finally:
         qmaster(up=True)
     _recorded_once(cluster, ending)
-    outcome = actions.dispatch_job(waiting.pk)
+    outcome = dispatch_job(waiting.pk)
     waiting.refresh_from_db()
     assert outcome.status in ("submitted", "found") and waiting.state == JobState.PENDING
     assert on_scheduler(waiting) == [waiting.scheduler_id]  # one submission, however many tries
@@ -682,8 +687,9 @@ def test_a_worker_that_loses_its_database_waits_and_submits_the_job_once_when_it
     from django.conf import settings
     from django.db import connection
 
-    from portal.jobs import actions
     from portal.jobs.actions import submit as submit_actions
+    from portal.jobs.actions.submit import submit_job
+    from portal.jobs.actions.validation import JobRequest
     from portal.jobs.models import Job, JobState
     from portal.jobs.tasks import dispatch_job_task
     from tests.conftest import start_worker, stop_worker, wait_for
@@ -691,7 +697,7 @@ def test_a_worker_that_loses_its_database_waits_and_submits_the_job_once_when_it
     db = connection.settings_dict
     queue = f"database-away-{uuid.uuid4().hex[:6]}"
     monkeypatch.setattr(submit_actions, "enqueue_on_commit", lambda *task: None)  # sent by hand, below
-    job = actions.submit_job(local_site.alice, actions.JobRequest(
+    job = submit_job(local_site.alice, JobRequest(
         project=local_site.project, name="through-the-outage", script="echo survived", hardware=local_site.hardware,
         walltime="00:05:00")).job
     log_path = Path(settings.VAR_DIR) / f"{queue}.log"

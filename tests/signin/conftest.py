@@ -6,7 +6,6 @@ from __future__ import annotations
 import html
 import json
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import requests
 
 # The browser tests' fixtures (a fresh page per person, screenshots), for the sign-in tests that use Chromium.
 from tests.browser.conftest import new_page, page, shots  # noqa: E402,F401
+from tests.seaweedfs import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT_ID = "kakehashi-portal"
@@ -34,9 +34,7 @@ PASSWORDS = {p["username"]: p["password"] for p in IDP_PEOPLE}
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_port()  # below the ephemeral range: no outgoing connection takes it before the server binds it
 
 
 class OIDCProvider:

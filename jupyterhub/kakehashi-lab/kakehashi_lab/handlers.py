@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from posixpath import dirname
 
 from jupyter_core.utils import ensure_async
@@ -22,6 +23,7 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
+from kakehashi_lab import beside
 from kakehashi_lab.notebooks import ParameterError, executed_path, job_name_for, parameters_of, parse_parameters
 from kakehashi_lab.portal import KakehashiPortal, PortalError
 
@@ -98,12 +100,17 @@ class ParametersHandler(KakehashiHandler):
         path = self.get_argument("path", "")
         try:
             notebook = await self.notebook(path)
+            files, cut = await beside.listing(self.contents_manager, path)
         except PortalError as exc:
             return self.refuse(exc)
         self.answer({
             "path": path,
             "name": job_name_for(path),
             "parameters": [{"name": p.name, "default": p.default} for p in parameters_of(notebook)],
+            # What may travel with it (the dialog offers them, within the limits it shows).
+            "beside": files,
+            "beside_cut": cut,
+            "limits": {"files": beside.MAX_FILES, "bytes": beside.MAX_BYTES},
         })
 
 
@@ -120,6 +127,15 @@ class SubmitHandler(KakehashiHandler):
                 parameters = parse_parameters(data.get("parameters") or {}, notebook)
             except ParameterError as exc:
                 raise PortalError(400, str(exc), "invalid", f"parameters.{exc.name}") from None
+            try:
+                files = await beside.read(self.contents_manager, path, data.get("files") or [])
+            except beside.BesideError as exc:
+                raise PortalError(400, str(exc), "invalid", "files") from None
+            except web.HTTPError as exc:
+                raise PortalError(400, f"cannot read a file beside the notebook: {exc.log_message or exc.reason}",
+                                  "invalid", "files") from None
+            if files:  # the portal writes them next to the notebook in the job's directory
+                notebook.setdefault("metadata", {}).setdefault("kakehashi", {})["files"] = files
             job = {
                 "project": data.get("project"),
                 "name": data.get("name") or job_name_for(path),
@@ -144,6 +160,7 @@ class SubmitHandler(KakehashiHandler):
             "budget": answer.get("budget"),
             "warnings": answer.get("warnings") or [],
             "parameters": parameters,
+            "files": sorted(files),
             "link": self.portal.page_link(answer.get("url")),
         }, 200 if job["dry_run"] else 201)
 
@@ -194,6 +211,36 @@ class ExecutedHandler(KakehashiHandler):
         self.answer({"path": target, "directory": dirname(target)}, 201)
 
 
+class SessionHandler(KakehashiHandler):
+    """This server's own Kakehashi session, if it is one (KakehashiSpawner on the hub): what Lab's status bar shows
+    (time left, cost so far, budget left, the walltime warnings). 404 where this server is not a session."""
+
+    auth_resource = "status"
+    # The status bar asks every 30 s while a tab is open: that is not a person using the session, and the idle rule
+    # reads the server's activity (docs/decisions/0055), as jupyter_server's own /api/status does not count.
+    _track_activity = False
+
+    @web.authenticated
+    @authorized
+    async def get(self):
+        name = os.environ.get("JUPYTERHUB_SERVER_NAME")
+        if name is None or "KAKEHASHI_SESSION" not in os.environ:
+            return self.answer({"detail": "this Jupyter server is not a Kakehashi session", "code": "not_a_session"},
+                               404)
+        try:
+            page = await self.portal.call("GET", "sessions/", params={"name": name, "active": "1"})
+        except PortalError as exc:
+            return self.refuse(exc)
+        sessions = page.get("results", []) if isinstance(page, dict) else []
+        if not sessions:
+            return self.answer({"detail": "the portal knows no running session of this server", "code": "not_found"},
+                               404)
+        keys = ("id", "name", "state", "seconds_left", "ends_at", "cost_so_far", "budget_left", "warning", "ended_why")
+        session = {key: sessions[0].get(key) for key in keys}
+        session["link"] = self.portal.page_link(sessions[0].get("job_url"))
+        self.answer(session)
+
+
 def setup_handlers(server_app) -> None:
     web_app = server_app.web_app
     web_app.settings["kakehashi_portal"] = KakehashiPortal(config=server_app.config)
@@ -205,5 +252,6 @@ def setup_handlers(server_app) -> None:
         (url_path_join(base, "jobs"), SubmitHandler),
         (url_path_join(base, r"jobs/(\d+)"), JobHandler),
         (url_path_join(base, r"jobs/(\d+)/executed"), ExecutedHandler),
+        (url_path_join(base, "session"), SessionHandler),
     ])
 

@@ -35,6 +35,9 @@ export interface ISoftware {
   slug: string;
   name: string;
   kind: string;
+  provides: string[];
+  kernels: string[];
+  clusters: string[];
 }
 
 export interface IHardware {
@@ -62,10 +65,18 @@ export interface IChoices {
   presets: IPreset[];
 }
 
+export interface IBesideFile {
+  path: string; // relative to the notebook's folder
+  size: number;
+}
+
 export interface IParameters {
   path: string;
   name: string;
   parameters: { name: string; default: string }[];
+  beside: IBesideFile[]; // the files beside the notebook that may travel with it
+  beside_cut: boolean; // more than the dialog lists
+  limits: { files: number; bytes: number };
 }
 
 export interface ISubmitRequest {
@@ -77,6 +88,7 @@ export interface ISubmitRequest {
   nodes: number;
   walltime: string;
   parameters: Record<string, string>;
+  files: string[]; // beside the notebook, sent with it
   dry_run: boolean;
 }
 
@@ -151,7 +163,22 @@ function post<T>(
   });
 }
 
+// A Kakehashi session, as this server's /kakehashi/session answers (the portal's figures for it).
+export interface ISession {
+  id: number;
+  name: string;
+  state: string;
+  seconds_left: number | null;
+  ends_at: string | null;
+  cost_so_far: { amount: string; unit: string } | null;
+  budget_left: { amount: string; unit: string } | null;
+  warning: string;
+  ended_why: string;
+  link: string | null;
+}
+
 export const api = {
+  session: () => call<ISession>('session'),
   projects: () => call<{ projects: IProject[] }>('projects'),
   choices: (project: string) => call<IChoices>('choices', {}, { project }),
   parameters: (path: string) => call<IParameters>('parameters', {}, { path }),

@@ -6,17 +6,36 @@ import { Widget } from '@lumino/widgets';
 
 import {
   api,
+  IBesideFile,
   IChoices,
   IMoney,
   IParameters,
   IProject,
   ISubmission,
+  ISoftware,
   ISubmitRequest,
   RefusedError
 } from './api';
 import { IJobView, JobWatcher } from './watcher';
 
 const ESTIMATE_DELAY_MS = 400;
+// What a notebook job needs from its software: papermill (and the notebook's kernel), never the cluster's bare shell.
+const NOTEBOOK_NEEDS = ['papermill'];
+
+function sizeText(n: number): string {
+  const units = ['B', 'KiB', 'MiB', 'GiB'];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) {
+    n /= 1024;
+    i += 1;
+  }
+  return i === 0 ? `${n} B` : `${n.toFixed(1)} ${units[i]}`;
+}
+
+// "PyTorch 2.13 + papermill (modules)" already says its kind: never "(modules) (modules)".
+function softwareLabel(s: ISoftware): string {
+  return s.name.includes(`(${s.kind})`) ? s.name : `${s.name} (${s.kind})`;
+}
 
 function element<K extends keyof HTMLElementTagNameMap>(
   tag: K,
@@ -63,30 +82,38 @@ export class SubmitForm extends Widget {
     this.addClass('kk-submit');
     this.idempotencyKey = newIdempotencyKey();
     const form = element('div', { className: 'kk-form' });
+    const fields = element('div', { className: 'kk-fields' });
     form.addEventListener('change', event => {
+      this.clearRefusal(); // the researcher changed something: the refusal was about what was there before
+      if (event.target === this.hardware) {
+        this.pickSoftware();
+      }
       if (event.target !== this.project) {
         this.estimateSoon(); // a new project first loads its own choices, then estimates
       }
     });
     form.addEventListener('input', event => {
       if ((event.target as HTMLElement).tagName === 'INPUT') {
+        this.clearRefusal();
         this.estimateSoon();
       }
     });
     this.project.addEventListener('change', () => void this.loadChoices());
     this.walltime.value = '01:00:00';
     this.walltime.placeholder = '01:30:00, 90m, 2h';
-    form.append(
+    // The fields scroll when they are taller than the window; the estimate and any refusal stay in view below
+    // them, next to the buttons.
+    fields.append(
       element('p', { className: 'kk-notebook' }, `Notebook: ${notebookPath}`),
       field('kk-project', 'Project', this.project),
-      field('kk-software', 'Software', this.software),
       field('kk-hardware', 'Hardware', this.hardware),
+      field('kk-software', 'Software', this.software),
       field('kk-walltime', 'Walltime', this.walltime),
       field('kk-name', 'Job name', this.name),
       this.parameters,
-      this.estimate,
-      this.error
+      this.files
     );
+    form.append(fields, element('div', { className: 'kk-outcome' }, this.estimate, this.error));
     this.estimate.setAttribute('role', 'status');
     this.estimate.setAttribute('aria-live', 'polite');
     this.error.setAttribute('role', 'alert');
@@ -102,6 +129,7 @@ export class SubmitForm extends Widget {
         api.parameters(this.notebookPath)
       ]);
       this.showParameters(parameters);
+      this.showFiles(parameters);
       this.showProjects(projects.projects);
       if (projects.projects.length) {
         await this.loadChoices();
@@ -146,6 +174,80 @@ export class SubmitForm extends Widget {
     );
   }
 
+  /** The files beside the notebook, to send with it: all chosen while they fit the limits, the rest not. */
+  private showFiles(notebook: IParameters): void {
+    const legend = element('legend', {}, 'Files sent with the notebook');
+    const { files: maxFiles, bytes: maxBytes } = notebook.limits;
+    this.limits = notebook.limits;
+    let count = 0;
+    let total = 0;
+    const rows = notebook.beside.map((file: IBesideFile) => {
+      const box = element('input', { type: 'checkbox' });
+      box.dataset.path = file.path;
+      box.dataset.size = String(file.size);
+      box.checked = count + 1 <= maxFiles && total + file.size <= maxBytes;
+      if (box.checked) {
+        count += 1;
+        total += file.size;
+      }
+      box.addEventListener('change', () => this.showFilesSummary());
+      const label = element('label', { className: 'kk-file' }, box, ` ${file.path} (${sizeText(file.size)})`);
+      return label;
+    });
+    this.filesSummary.className = 'kk-hint';
+    this.files.replaceChildren(
+      legend,
+      ...(rows.length
+        ? [this.filesSummary, element('div', { className: 'kk-file-list' }, ...rows)]
+        : [element('p', { className: 'kk-hint' }, 'No other files in the notebook\'s folder: it travels alone.')])
+    );
+    this.moreFiles = notebook.beside_cut;
+    this.showFilesSummary();
+  }
+
+  private chosenFiles(): HTMLInputElement[] {
+    return Array.from(this.files.querySelectorAll<HTMLInputElement>('input[type=checkbox]')).filter(b => b.checked);
+  }
+
+  private showFilesSummary(): void {
+    const chosen = this.chosenFiles();
+    const total = chosen.reduce((sum, box) => sum + Number(box.dataset.size), 0);
+    const limits = this.limits;
+    const over = chosen.length > limits.files || total > limits.bytes;
+    this.filesSummary.textContent =
+      `${chosen.length} file(s), ${sizeText(total)}, go next to the notebook on the cluster ` +
+      `(at most ${limits.files} files, ${sizeText(limits.bytes)}).` +
+      (over ? ' Too many: choose fewer, or name larger data as a dataset.' : '') +
+      (this.moreFiles ? ' The folder holds more files than are listed here.' : '');
+    this.filesSummary.classList.toggle('kk-over', over);
+  }
+
+  /** The software that runs a notebook on the chosen hardware's cluster: kept if the chosen one does, else the
+   * first that provides papermill and the kernel there; "None" only where nothing does (the portal then says why). */
+  private pickSoftware(): void {
+    const cluster = this.chosenCluster();
+    if (!this.choices || !cluster) {
+      return;
+    }
+    const fits = (s: ISoftware | undefined) =>
+      !!s && s.clusters.includes(cluster) && NOTEBOOK_NEEDS.every(n => s.provides.includes(n));
+    const current = this.choices.software.find(s => s.slug === this.software.value);
+    if (fits(current)) {
+      return;
+    }
+    const match = this.choices.software.find(s => fits(s));
+    if (match) {
+      this.software.value = match.slug;
+    }
+  }
+
+  private chosenCluster(): string | null {
+    const [kind, slug] = this.hardware.value.split(':');
+    const hardwareSlug =
+      kind === 'preset' ? this.choices?.presets.find(p => p.slug === slug)?.hardware : slug;
+    return this.choices?.hardware.find(h => h.slug === hardwareSlug)?.cluster ?? null;
+  }
+
   private async loadChoices(): Promise<void> {
     this.choices = null;
     try {
@@ -153,7 +255,7 @@ export class SubmitForm extends Widget {
       this.choices = choices;
       this.software.replaceChildren(
         option('', 'None (the cluster default environment)'),
-        ...choices.software.map(s => option(s.slug, `${s.name} (${s.kind})`))
+        ...choices.software.map(s => option(s.slug, softwareLabel(s)))
       );
       const presets = element('optgroup', { label: 'Presets' });
       presets.append(
@@ -181,6 +283,8 @@ export class SubmitForm extends Widget {
         : choices.hardware.length
           ? `hardware:${choices.hardware[0].slug}`
           : '';
+      this.pickSoftware();
+      this.clearRefusal();
       this.error.textContent = '';
       this.estimateSoon(0);
     } catch (error) {
@@ -218,6 +322,7 @@ export class SubmitForm extends Widget {
       nodes,
       walltime: this.walltime.value.trim(),
       parameters,
+      files: this.chosenFiles().map(box => box.dataset.path!),
       dry_run: dryRun
     };
   }
@@ -243,9 +348,11 @@ export class SubmitForm extends Widget {
         return; // a newer estimate is on its way
       }
       this.showEstimate(answer);
-      this.error.textContent = '';
+      if (!this.refused) {
+        this.error.textContent = ''; // an estimate's own earlier complaint, now answered
+      }
     } catch (error) {
-      if (asked === this.estimates) {
+      if (asked === this.estimates && !this.refused) {
         this.estimate.textContent = '';
         this.fail(error);
       }
@@ -283,13 +390,21 @@ export class SubmitForm extends Widget {
       return false;
     }
     this.submitting = true;
+    // An estimate the last edit set off must not answer after Submit and wipe what Submit says.
+    window.clearTimeout(this.estimateTimer);
+    this.estimates += 1;
+    this.clearRefusal();
     this.error.textContent = '';
     try {
       const answer = await api.submit(request, this.idempotencyKey);
       this.submitted = true;
       this.follow(this.watch(answer.id!), answer);
     } catch (error) {
+      // The refusal stays until the researcher changes something (clearRefusal), in view below the fields.
+      this.refused = true;
+      this.estimate.textContent = '';
       this.fail(error);
+      this.error.scrollIntoView({ block: 'nearest' });
     } finally {
       this.submitting = false;
     }
@@ -358,6 +473,13 @@ export class SubmitForm extends Widget {
     );
   }
 
+  private clearRefusal(): void {
+    if (this.refused) {
+      this.refused = false;
+      this.error.textContent = '';
+    }
+  }
+
   private fail(error: unknown): void {
     this.error.textContent =
       error instanceof RefusedError || error instanceof Error ? error.message : String(error);
@@ -370,6 +492,11 @@ export class SubmitForm extends Widget {
   private readonly walltime = element('input', { type: 'text' });
   private readonly name = element('input', { type: 'text' });
   private readonly parameters = element('fieldset', { className: 'kk-parameters' });
+  private readonly files = element('fieldset', { className: 'kk-parameters kk-files' });
+  private readonly filesSummary = element('p', { className: 'kk-hint' });
+  private limits = { files: 0, bytes: 0 };
+  private moreFiles = false;
+  private refused = false;
   private readonly estimate = element('p', { className: 'kk-estimate' });
   private readonly error = element('p', { className: 'kk-error' });
   private readonly idempotencyKey: string;

@@ -14,6 +14,7 @@ import { IDisposable } from '@lumino/disposable';
 
 import { api } from './api';
 import { SubmitForm } from './form';
+import { sessionPlugin } from './session';
 import { JobWatcher } from './watcher';
 
 const COMMAND = 'kakehashi:submit-notebook';
@@ -120,4 +121,4 @@ const plugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default plugin;
+export default [plugin, sessionPlugin];

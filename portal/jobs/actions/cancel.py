@@ -1,8 +1,8 @@
 """Cancel: who may, what a cancel records, and carrying it out on the scheduler (worker side).
 
 A job still in the portal's queue ends at once; any other records the wish and a worker asks the scheduler,
-whose accounting then ends the job as cancelled. A person's cancel and a strict budget's are the same steps
-with their own reason on record.
+whose accounting then ends the job as cancelled. A person's cancel, a strict budget's and the cloud reconciler's
+are the same steps, each with its own cause (portal/jobs/causes.py) and words on record.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from django.utils import timezone
 from portal.audit.actions import record
 from portal.clusters.connect import account_for, backend_for
 from portal.enqueue import CANCEL_JOB, enqueue_on_commit
-from portal.jobs import locks, transitions
+from portal.jobs import events, locks, transitions
 from portal.jobs.models import FINAL_STATES, Job, JobGroup, JobState
 from portal.projects import access
 
@@ -44,12 +44,12 @@ def cancellable(user, jobs: Sequence[Job]) -> set[int]:
 
 
 def request_cancel(job: Job, user) -> Job:
-    """Record a person's cancel. A job still in the portal's queue ends at once; others are cancelled on the
-    scheduler. Asking again for a job not ended asks the scheduler again."""
+    """Record a person's cancel (the job's owner's, or a project admin's). A job still in the portal's queue ends
+    at once; others are cancelled on the scheduler. Asking again for a job not ended asks the scheduler again."""
     if not may_cancel(user, job):
         raise PermissionDenied("only the job's owner or a project admin can cancel it")
-    return _cancel(job.pk, actor=user, audit="job.cancel", again=True, queued_reason=f"cancelled by {user} before submission",
-                   reason=f"cancel requested by {user}", cause=f"cancelled by {user}")
+    ask = events.by_person(user, owner=job.user_id == user.pk, project=job.project.slug)
+    return _cancel(job.pk, ask, audit="job.cancel", again=True)
 
 
 def request_cancel_sweep(group: JobGroup, user) -> list[Job]:
@@ -91,31 +91,51 @@ def request_cancel_many(user, job_ids: list[int], visible: QuerySet[Job]) -> Bul
     return result
 
 
-def cancel_for_budget(job_id: int, reason: str) -> None:
-    """Strict budget exhausted: cancel like a person would, with the reason on record (once)."""
+def cancel_for_budget(job_id: int, ask: events.CancelAsk) -> None:
+    """A strict budget is used up: cancel like a person would, with the budget's figures on record (once)."""
     try:
-        _cancel(job_id, actor=None, audit="job.cancel_budget", again=False, queued_reason=reason, reason=reason,
-                cause=reason)
+        _cancel(job_id, ask, audit="job.cancel_budget", again=False)
     except CancelError:
         return  # it ended meanwhile
 
 
-def _cancel(job_id: int, *, actor, audit: str, again: bool, queued_reason: str, reason: str, cause: str) -> Job:
-    """`reason` goes on the history now; `cause` is what the job will say once it has ended (the first cancel's)."""
+def cancel_by_reconciler(job_id: int, ask: events.CancelAsk) -> None:
+    """The cloud reconciler stops a job the cloud runs past its walltime: the job says so when it ends (once)."""
+    try:
+        _cancel(job_id, ask, audit="job.cancel_reconciler", again=False)
+    except CancelError:
+        return
+
+
+def cancel_for_idle(job_id: int, ask: events.CancelAsk) -> bool:
+    """The idle-GPU rule stops a job (portal/samples/actions.py), once; settled from accounting like any cancel.
+    False if it ended meanwhile."""
+    try:
+        _cancel(job_id, ask, audit="job.cancel_idle", again=False)
+    except CancelError:
+        return False
+    return True
+
+
+def _cancel(job_id: int, ask: events.CancelAsk, *, audit: str, again: bool) -> Job:
+    """Record the cancel `ask` on the job: a queued job ends at once as cancelled for it; any other keeps it
+    (`cancel_cause`, `cancel_reason`: the first cancel's) until the scheduler has stopped it, and a worker asks."""
     with transaction.atomic():
         job = locks.job(job_id)
         if job.state in FINAL_STATES:
             raise CancelError(f"the job already ended ({job.get_state_display()})")
         if job.cancel_requested_at is not None and not again:
             return job
-        record(audit, actor=actor, project=job.project, target=job, state=job.state, reason=reason)
+        record(audit, actor=ask.actor, project=job.project, target=job, state=job.state, reason=ask.words,
+               cause=str(ask.cause))
         now = timezone.now()
         if job.state == JobState.QUEUED:
-            transitions.transition(job, JobState.CANCELLED, reason=queued_reason, actor=actor,
-                                   cancel_requested_at=now, cancel_reason=queued_reason, ended_at=now)
+            transitions.apply([transitions.Move(job, JobState.CANCELLED, events.cancelled_before_submission(ask), {
+                "cancel_requested_at": now, "cancel_reason": ask.words, "cancel_cause": ask.cause, "ended_at": now})])
             return job
         if job.cancel_requested_at is None:
-            transitions.note(job, reason, actor=actor, cancel_requested_at=now, cancel_reason=cause)
+            transitions.note(job, events.cancel_asked(ask), cancel_requested_at=now, cancel_reason=ask.words,
+                             cancel_cause=ask.cause)
         if job.scheduler_id:
             enqueue_on_commit(CANCEL_JOB, job.pk)
     return job

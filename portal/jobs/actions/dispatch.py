@@ -30,7 +30,7 @@ from portal.enqueue import CANCEL_JOB, DISPATCH_JOB, enqueue, enqueue_on_commit
 from portal.jobs import events, locks, transitions
 from portal.jobs.models import Job, JobGroup, JobState
 from portal.jobs.specs import attached_datasets, build_array_spec, build_spec
-from portal.storage.datasets import data_inputs
+from portal.storage.datasets import data_inputs, pin
 from portal.storage.objectstore import ObjectStoreError
 
 log = logging.getLogger(__name__)
@@ -63,11 +63,13 @@ class _Handover:
 
     def moves(self, backend, submitted: str, found: bool, now: datetime) -> list[transitions.Move]:
         """Its jobs to PENDING with their scheduler ids (an array's elements: each its element's)."""
-        after = " (found after a lost reply)" if found else ""
-        reason = f"an element of scheduler array {submitted}{after}" if self.array else f"scheduler id {submitted}{after}"
-        return [transitions.Move(job, JobState.PENDING, reason, {
-            "scheduler_id": backend.element_id(submitted, job.array_index) if self.array else submitted,
-            "submitted_at": now, "dispatch_lease_until": None, "last_seen_at": now}) for job in self.jobs]
+        moves = []
+        for job in self.jobs:
+            scheduler_id = backend.element_id(submitted, job.array_index) if self.array else submitted
+            event = events.accepted(scheduler_id, array_id=submitted if self.array else "", found=found)
+            moves.append(transitions.Move(job, JobState.PENDING, event, {
+                "scheduler_id": scheduler_id, "submitted_at": now, "dispatch_lease_until": None, "last_seen_at": now}))
+        return moves
 
 
 def _lease_time() -> timedelta:
@@ -81,7 +83,7 @@ def dispatch_job(job_id: int) -> DispatchOutcome:
     0022): each under its own lease, submitted over concurrent channels of the one pooled connection, recorded
     together; then, if the batch was full, it looks for more. The outcome is this job's.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):  # the lease must be committed before anything reaches the scheduler
         batch = locks.job_and_queued_siblings(job_id, batch_size(), batched_kinds())
         leased = _lease_jobs(batch) if batch and batch[0].array_index is None else None
     if not batch:
@@ -128,7 +130,7 @@ def _lease_jobs(jobs: list[Job]) -> list[_Handover] | DispatchOutcome:
         return DispatchOutcome("skipped", f"job is {job.state}")
     if getattr(job, "has_datasets", True):
         jobs = [job]  # staging reads the database while it copies: a job with datasets goes alone
-    return _lease([_Handover(j, [j]) for j in jobs], reason="handing to the scheduler")
+    return _lease([_Handover(j, [j]) for j in jobs])
 
 
 def dispatch_array(group_id: int) -> DispatchOutcome:
@@ -138,13 +140,13 @@ def dispatch_array(group_id: int) -> DispatchOutcome:
     cancelled before the submit is still an index of the array (the script numbers them all), so it is
     deleted on the scheduler right after.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):  # the lease must be committed before anything reaches the scheduler
         jobs = locks.group_jobs(group_id)
         waiting = [j for j in jobs if j.state in WAITING]
         if not waiting:
             return DispatchOutcome("skipped", "no element of the array is waiting")
         jobs.sort(key=lambda j: j.array_index)
-        leased = _lease([_Handover(jobs[0], waiting)], reason="handing the array to the scheduler")
+        leased = _lease([_Handover(jobs[0], waiting)])
     if isinstance(leased, DispatchOutcome):
         return leased
     group = JobGroup.objects.get(pk=group_id)
@@ -154,7 +156,7 @@ def dispatch_array(group_id: int) -> DispatchOutcome:
     return _hand_over(leased)[0]
 
 
-def _lease(handovers: list[_Handover], *, reason: str) -> list[_Handover] | DispatchOutcome:
+def _lease(handovers: list[_Handover]) -> list[_Handover] | DispatchOutcome:
     """Move the locked jobs of these handovers to SUBMITTING under one lease, each handover's under its own attempt
     count: the handovers, or why this attempt must not submit (another holds the first one's jobs)."""
     now = timezone.now()
@@ -162,17 +164,17 @@ def _lease(handovers: list[_Handover], *, reason: str) -> list[_Handover] | Disp
            for j in handovers[0].jobs):
         return DispatchOutcome("busy", f"another attempt holds this {handovers[0].noun}")
     lease = now + _lease_time()
-    queued = []
+    moves = []
     for handover in handovers:
         handover.attempts = max(j.dispatch_attempts for j in handover.jobs) + 1
-        for job in handover.jobs:
-            job.dispatch_attempts = handover.attempts
-        queued += [j for j in handover.jobs if j.state == JobState.QUEUED]
+        event = events.handing_over(array=handover.array)
+        moves += [transitions.Move(j, JobState.SUBMITTING, event, {"dispatch_lease_until": lease,
+                                                                    "dispatch_attempts": handover.attempts})
+                  for j in handover.jobs if j.state == JobState.QUEUED]
         # Those already SUBMITTING were left by an attempt that died: take over, but look before submitting.
         transitions.update([j for j in handover.jobs if j.state == JobState.SUBMITTING],
                            dispatch_lease_until=lease, dispatch_attempts=handover.attempts)
-    transitions.transition_many(queued, JobState.SUBMITTING, reason=reason, also=["dispatch_attempts"],
-                                dispatch_lease_until=lease)
+    transitions.apply(moves)
     return handovers
 
 
@@ -227,7 +229,7 @@ def _record(backend, handovers: list[_Handover], answers: list) -> list[Dispatch
     before its submit are deleted on the scheduler."""
     outcomes: list[DispatchOutcome] = []
     dropped: list[tuple[Job, str]] = []
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         now = timezone.now()
         pairs = list(zip(handovers, answers, strict=True))
         moves = []
@@ -235,7 +237,7 @@ def _record(backend, handovers: list[_Handover], answers: list) -> list[Dispatch
             if h.array:
                 JobGroup.objects.filter(pk=h.first.group_id).update(scheduler_id=submitted)
             moves += h.moves(backend, submitted, found, now)
-        made = {move.job.pk for move in transitions.transition_each_if(moves, JobState.SUBMITTING)}
+        made = {move.job.pk for move in transitions.apply(moves, expect=JobState.SUBMITTING)}
         failed = [job.pk for h, answer in pairs if isinstance(answer, Exception) for job in h.jobs]
         locked = {job.pk: job for job in locks.dispatched(failed)} if failed else {}
         for index, (h, answer) in enumerate(pairs):
@@ -249,10 +251,9 @@ def _record(backend, handovers: list[_Handover], answers: list) -> list[Dispatch
             if not jobs:
                 outcomes.append(DispatchOutcome("skipped", f"job is {locked[h.jobs[0].pk].state}"))
             elif isinstance(answer, (DataRefused, SubmitRefused)):
-                why = ("the job's data could not be staged" if isinstance(answer, DataRefused)
-                       else f"the scheduler refused the {h.noun}")
-                for job in jobs:
-                    transitions.transition(job, JobState.FAILED, reason=f"{why}: {answer}", ended_at=now)
+                event = (events.data_refused(str(answer)) if isinstance(answer, DataRefused)
+                         else events.refused_by_scheduler(str(answer), noun=h.noun))
+                transitions.apply([transitions.Move(job, JobState.FAILED, event, {"ended_at": now}) for job in jobs])
                 outcomes.append(DispatchOutcome("refused", str(answer)))
             else:
                 # Release the lease so the retry (or the recovery sweep) may take over at once.
@@ -301,11 +302,12 @@ def _staged(backend, handover: _Handover) -> JobSpec:
             transitions.update([j for j in jobs if j.state == JobState.SUBMITTING],
                                dispatch_lease_until=timezone.now() + _lease_time())
 
-    spec, report = backend.stage_data(handover.spec, first.project.slug, data_inputs(attached, first.cluster),
-                                      heartbeat=renew_lease)
-    names = ", ".join(d.name for d in attached)
-    for job in handover.jobs:
-        events.noted(job, f"staged dataset(s) {names}: {report.summary()}")
+    pins: list = []
+    inputs = data_inputs(attached, first.cluster, pins)
+    # What each job is given, recorded before it is staged: its page names the data even after the files change.
+    pin([job.pk for job in handover.jobs], pins)
+    spec, report = backend.stage_data(handover.spec, first.project.slug, inputs, heartbeat=renew_lease)
+    transitions.note(handover.jobs, events.datasets_staged([d.name for d in attached], report))
     return spec
 
 
@@ -316,9 +318,9 @@ def _delete_dropped_element(backend, job: Job, array_id: str) -> None:
         backend.cancel(element)
     except (BackendError, TransportError) as exc:
         log.warning("could not delete element %s of cancelled job %s: %s", element, job.pk, exc)
-        events.noted(job, f"cancelled before submission, but deleting its element {element} of the array failed: {exc}")
+        transitions.note(job, events.dropped_element_not_deleted(element, str(exc)))
     else:
-        events.noted(job, f"deleted its element {element} of the array, cancelled before submission")
+        transitions.note(job, events.dropped_element_deleted(element))
 
 
 def recover_stale_jobs() -> list[int]:

@@ -21,6 +21,7 @@ from backends.base import element_dir
 from portal.audit.actions import record
 from portal.budgets.actions import Money
 from portal.clusters.connect import job_dir, renderer_for
+from portal.jobs import events
 from portal.jobs.actions.submit import Submission, prepare_job, record_jobs
 from portal.jobs.actions.validation import JobRequest, SubmitError, checked_edit, rendered
 from portal.jobs.models import Job, JobGroup, JobState
@@ -122,7 +123,7 @@ def submit_sweep(user, req: JobRequest, sweep: Any, *, dry_run: bool = False, ar
             group.save()
             for job in jobs:
                 job.group = group
-            record_jobs(jobs, user, reason=f"submitted in sweep {group.name}",
+            record_jobs(jobs, events.submitted(user, sweep=group.name),
                         dispatch=jobs[:1] if as_array else jobs)  # an array goes in one dispatch
             record("job.sweep", actor=user, project=group.project, target=group, jobs=[j.pk for j in jobs],
                    array=as_array, estimate=str(sum((j.estimate_amount or 0 for j in jobs), Decimal("0"))))
@@ -209,7 +210,9 @@ def rerun_failed(group: JobGroup, user) -> list[Job]:
         new.group = group
         prepared.append(new)
     with transaction.atomic():
-        record_jobs(prepared, user, reason=f"re-run of a failed point of sweep {group.name}", dispatch=prepared)
+        record_jobs(prepared, events.submitted(user, sweep=group.name, rerun=True), dispatch=prepared)
+        # The sweep ends again when its new points have: its owner is told then.
+        JobGroup.objects.filter(pk=group.pk).update(ended_told_at=None)
         record("job.sweep_rerun", actor=user, project=group.project, target=group,
                jobs=[j.pk for j in prepared], of=[j.pk for j in failed])
     return prepared

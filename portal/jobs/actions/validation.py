@@ -10,7 +10,8 @@ import json
 import re
 import shlex
 import uuid as uuid_mod
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from django.conf import settings
@@ -18,14 +19,17 @@ from django.core.exceptions import ValidationError
 from django.db.models import Exists, OuterRef, Subquery
 
 from backends.base import Backend, InvalidJobSpec, JobSpec, Reach
+from backends.local import job_python, missing_on_host
 from backends.safety import bash_syntax_error, check_env, check_job_name, check_path
 from backends.script import hms
+from portal.budgets.actions import BUDGET_FIGURES
 from portal.budgets.models import Budget
 from portal.catalog import job_templates
 from portal.catalog.models import HardwareType, Software
 from portal.catalog.queries import software_providing
-from portal.clusters.connect import reach_of
-from portal.clusters.models import Allocation, Cluster
+from portal.clusters.connect import backend_settings, is_cloud, reach_of
+from portal.clusters.models import Allocation, Cluster, ClusterHealth
+from portal.compiled import CompiledRead
 from portal.jobs import notebooks
 from portal.jobs.models import Job
 from portal.projects.models import Project
@@ -99,11 +103,38 @@ class JobRequest:
     uuid: uuid_mod.UUID | None = None  # the preview's id, so what was previewed is what is submitted
     datasets: list[str] = field(default_factory=list)  # names of the project's datasets: $KAKEHASHI_DATA/<name>
 
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any], **resolved: Any) -> JobRequest:
+        """The request validated submit data describes — the job form's `cleaned_data` or the API serializer's
+        `validated_data`: its plain fields copied by name (a field left empty takes its default), and the objects
+        each caller looked up its own way (`project=`, `hardware=`, `software=`; the page answers 404, the API
+        NotFound) given as keywords. One builder, so a field added here reaches the page and the API alike."""
+        names = {f.name for f in fields(cls)}
+        plain = {k: v for k, v in data.items() if k in names and k not in resolved and v not in (None, "")}
+        return cls(**plain, **resolved)
+
 
 def granted_cluster_and_hardware(req: JobRequest) -> tuple[Cluster, HardwareType | None]:
     """The cluster and hardware, if the project is granted them (and the software, if any, is there)."""
     cluster, hw, _ = granted_allocation(req)
     return cluster, hw
+
+
+def _grant(project: int, cluster: int, hardware: int | None):
+    chosen = Allocation.hardware.through.objects.filter(allocation=OuterRef("pk"))
+    unused = Allocation.unused_hardware.through.objects.filter(allocation=OuterRef("pk"))
+    # The project budget's unit (None: it has none), in which the estimate is priced, and its balance as it is
+    # now, so that a submit a strict budget cannot cover is refused before any job is recorded (a refused submit
+    # consumes no job number; the reservation under the row lock stays the one that counts).
+    budget = Budget.objects.filter(project_id=OuterRef("project_id"))
+    figures = {f"budget_{name}": Subquery(budget.values(name)[:1]) for name in BUDGET_FIGURES}
+    return (Allocation.objects.filter(project_id=project, cluster_id=cluster)
+            .annotate(restricted=Exists(chosen), allows=Exists(chosen.filter(hardwaretype=hardware)),
+                      switched_off=Exists(unused.filter(hardwaretype=hardware)), **figures))
+
+
+# Compiling this read was a quarter of a submit request's CPU (docs/decisions/0054): compiled once per process.
+_GRANT = CompiledRead(_grant, project=int, cluster=int, hardware=int)
 
 
 def granted_allocation(req: JobRequest) -> tuple[Cluster, HardwareType | None, Allocation]:
@@ -112,18 +143,11 @@ def granted_allocation(req: JobRequest) -> tuple[Cluster, HardwareType | None, A
     if cluster is None:
         raise SubmitError("choose the hardware to run on", field="hardware")
     if not cluster.enabled:
-        raise SubmitError(f"{cluster.name} is switched off by the site admins", field="hardware")
+        why = f": {cluster.disabled_reason}" if cluster.disabled_reason else " by the site admins"
+        raise SubmitError(f"{cluster.name} is switched off{why}", field="hardware")
     # One query answers "is there a grant", "may it use this hardware" and "did the project switch it off"
     # (submit's statement budget).
-    chosen = Allocation.hardware.through.objects.filter(allocation=OuterRef("pk"))
-    unused = Allocation.unused_hardware.through.objects.filter(allocation=OuterRef("pk"))
-    hw_pk = req.hardware.pk if req.hardware else None
-    # The project budget's unit (None: it has none) too, in which the estimate is priced.
-    budget_unit = Budget.objects.filter(project_id=OuterRef("project_id")).values("unit")[:1]
-    allocation = (Allocation.objects.filter(project=req.project, cluster=cluster)
-                  .annotate(restricted=Exists(chosen), allows=Exists(chosen.filter(hardwaretype=hw_pk)),
-                            switched_off=Exists(unused.filter(hardwaretype=hw_pk)), budget_unit=Subquery(budget_unit))
-                  .first())
+    allocation = _GRANT.first(project=req.project.pk, cluster=cluster.pk, hardware=req.hardware.pk if req.hardware else None)
     if allocation is None:
         raise SubmitError(f"project {req.project.slug} has no allocation on {cluster.name}", field="hardware")
     if not allocation.in_use:
@@ -140,20 +164,29 @@ def granted_allocation(req: JobRequest) -> tuple[Cluster, HardwareType | None, A
             raise SubmitError(f"project {req.project.slug} may not use {hw.name}", field="hardware")
         if allocation.switched_off:
             raise SubmitError(f"project {req.project.slug} does not use {hw.name} (its owners chose so)", field="hardware")
+        if is_cloud(cluster):  # its queue may have been deleted behind the portal's back
+            gone = (ClusterHealth.objects.filter(cluster=cluster).values_list("unavailable", flat=True).first() or {})
+            if hw.slug in gone:
+                raise SubmitError(f"{hw.name} on {cluster.name} cannot take jobs now: {gone[hw.slug]}", field="hardware")
     if req.software is not None:
         software_ok = req.software.enabled and req.software.clusters.filter(pk=cluster.pk).exists()
         restricted = req.software.projects.exists()
         if not software_ok or (restricted and not req.software.projects.filter(pk=req.project.pk).exists()):
             raise SubmitError(f"{req.software.name} is not available on {cluster.name} for this project", field="software")
     checked_template_software(req, cluster)
+    checked_notebook_software(req, cluster)
     return cluster, hw, allocation
 
 
 def checked_template_software(req: JobRequest, cluster: Cluster) -> None:
     """A template runs only with software that provides what it needs (torch for torchrun and train.py): without
-    it the job would fail on the cluster with `torchrun: No such file or directory`. The portal host's own
-    Python (the local cluster of `make run`) is trusted to have it when no software there says otherwise."""
+    it the job would fail on the cluster with `torchrun: No such file or directory`. On the portal host (the local
+    cluster of `make run`) the host itself is asked, so a job whose launcher is missing is refused before it
+    runs, never charged and failed (issue 25)."""
     template = job_templates.get(req.template)
+    if reach_of(cluster) is Reach.LOCAL:
+        checked_on_host(req, cluster, template)
+        return
     if template is None or not template.requires:
         return
     needs = ", ".join(template.requires)
@@ -165,13 +198,52 @@ def checked_template_software(req: JobRequest, cluster: Cluster) -> None:
                 field="software",
             )
         return
-    fitting = software_providing(template.requires, cluster, req.project)
-    if fitting or reach_of(cluster) is not Reach.LOCAL:
-        raise SubmitError(
-            f"template {template.slug} needs {needs}: choose Software that provides it; "
-            + _software_hint(template, cluster, req.project),
-            field="software",
-        )
+    raise SubmitError(
+        f"template {template.slug} needs {needs}: choose Software that provides it; "
+        + _software_hint(template, cluster, req.project),
+        field="software",
+    )
+
+
+def checked_on_host(req: JobRequest, cluster: Cluster, template: job_templates.JobTemplate | None) -> None:
+    """The launcher and the modules a job needs, as the Python that local jobs run with sees them."""
+    launcher = req.launcher or (template.launcher if template else "")
+    if req.notebook is not None:
+        return  # a notebook job runs papermill, checked with the notebook itself
+    missing = missing_on_host(template.requires if template else (), launcher, backend_settings(cluster))
+    if not missing:
+        return
+    python = job_python(backend_settings(cluster))
+    what = f"template {template.slug} needs" if template else f"launcher {launcher} needs"
+    raise SubmitError(
+        f"{what} {' and '.join(missing)}, which {cluster.name} does not have (its jobs run with {python}); "
+        f"{job_templates.HOST_TORCH_HINT if 'torch' in missing or 'torchrun' in missing else 'install it there'}, "
+        "or run it on a cluster whose software provides it",
+        field="template" if template else "launcher",
+    )
+
+
+NOTEBOOK_NEEDS = ("papermill",)
+
+
+def checked_notebook_software(req: JobRequest, cluster: Cluster) -> None:
+    """A notebook runs with papermill and its kernel inside the chosen software. Without software, a cluster's
+    default environment has neither (the job would end with `python: command not found`, exit 127): refuse, naming
+    the software that would do. The portal host's own Python (the local cluster of `make run`) has papermill."""
+    if not isinstance(req.notebook, dict) or req.software is not None or reach_of(cluster) is Reach.LOCAL:
+        return
+    try:
+        notebooks.validate(req.notebook)
+    except notebooks.NotebookError:
+        return  # what is not a notebook is refused by the notebook's own check, saying that first
+    kernel = notebooks.kernel_of(req.notebook)
+    fitting = [s for s in software_providing(NOTEBOOK_NEEDS, cluster, req.project) if kernel in (s.kernels or [])]
+    if fitting:
+        raise SubmitError(f"a notebook runs with papermill and its kernel {kernel!r} inside software: choose one that "
+                          f"provides them on {cluster.name}: {', '.join(s.name for s in fitting)}", field="software")
+    raise SubmitError(f"a notebook runs with papermill and its kernel {kernel!r} inside software, and no software on "
+                      f"{cluster.name} provides them for project {req.project.slug}; ask the site admins to add it "
+                      "(Software → provides papermill, kernels)", field="software")
 
 
 def _software_hint(template: job_templates.JobTemplate, cluster: Cluster, project: Project) -> str:
@@ -263,6 +335,7 @@ def notebook_payload(notebook: Any, parameters: Any, software: Software | None =
     try:
         kernel = notebooks.check(notebook, parameters, kernels, software=software.name if software else "plain shell",
                                  max_bytes=settings.KAKEHASHI_MAX_NOTEBOOK_BYTES)
+        notebooks.side_files(notebook)
     except notebooks.NotebookError as exc:
         raise SubmitError(exc.message, field=exc.field) from None
     # papermill reads parameters.json (JSON is YAML) and writes the executed notebook next to the outputs.

@@ -32,3 +32,9 @@ def key_values_text(mapping: Mapping[str, Any] | None) -> str:
 @register.filter
 def key_values(mapping) -> str:
     return key_values_text(mapping)
+
+
+@register.filter
+def lookup(mapping: Mapping, key: Any) -> Any:
+    """mapping[key], or "" (a template reads a dict by a key it has in a variable)."""
+    return mapping.get(key, "") if isinstance(mapping, Mapping) else ""

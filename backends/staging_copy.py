@@ -1,0 +1,543 @@
+"""How staged bytes travel to the login node (docs/decisions/0041): one stream per large file, one tar stream for
+many small ones, each checked by SHA-256 on the login node before it takes its content's name in the cache.
+
+- A large file (LARGE_FILE or more) is streamed to `tee <tmp> | openssl dgst -sha256` on one `Transport.pipe`
+  (OpenSSH's client where installed: about twice paramiko's speed): the login node hashes the bytes as they arrive
+  and the file is renamed to `<cache>/<sha256>` only if the digest and the size match.
+- Smaller files go many at once into one tar stream (`tar -x` into a fresh incoming directory inside the cache):
+  10,000 files cost one connection and one command, not 10,000 SFTP opens and 10,000 commands. Their bytes are
+  fetched from the object store by a few threads ahead of the stream, in order, with at most WINDOW_BYTES
+  waiting in memory. The members are named by their SHA-256 only (hex: nothing a dataset's author typed reaches
+  tar or a shell); on the login node every member is hashed (`openssl dgst`, `sha256sum` where there is no
+  openssl), those whose digest is their name are moved into the cache, the others removed and reported.
+
+Either way a cache entry is whole and right whatever crashed half-way (a temporary name until verified), and a
+stream that fails or stalls leaves no temporary file behind where the login node can still be told so.
+
+Why one module: the two ways share the prefetching reader, the login node's checks, the refusal and the cleanup;
+read together, they say every way a staged byte can travel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import select
+import shlex
+import tarfile
+import threading
+import time
+import urllib.parse
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from backends.spec import BackendError, DataFile, DataRefused
+from backends.transport import Transport
+
+# Files at least this large travel alone, hashed as they arrive; smaller ones in a tar stream with others.
+LARGE_FILE = 64 << 20
+# A tar stream's files are fetched whole (in parallel) below this size; larger ones are streamed in order.
+FETCH_WHOLE = 4 << 20
+FETCH_THREADS = 16
+# The most bytes fetched ahead of a tar stream and waiting in memory.
+WINDOW_BYTES = 32 << 20
+CHUNK = 1 << 20
+# A stream from which no byte moved for this long is given up (retryable); until then the lease is renewed.
+STALL_SECONDS = 300.0
+# The login node's Python 3 (a one-pass writer and hasher); where `command -v` does not find it, shell tools do the
+# same in more passes.
+PYTHON = "python3"
+# Hash a file's SHA-256 on the login node: OpenSSL uses the CPU's SHA instructions (4x coreutils' sha256sum).
+HASHER = "if command -v openssl >/dev/null 2>&1; then H='openssl dgst -sha256 -r'; else H='sha256sum --'; fi"
+
+
+def _mismatch(f: DataFile, got: str, size: str, sent: int | None = None) -> DataRefused:
+    what = f" ({sent} sent)" if sent is not None else ""
+    return DataRefused(
+        f"{f.path or 'the file'} arrived on the cluster with SHA-256 {got[:16]}… and {size or '?'} bytes, but the "
+        f"object store recorded {f.sha256[:16]}… and {f.size} bytes{what}: the stored copy does not match its "
+        "checksum; upload it again")
+
+
+def _quoted(path: str) -> str:
+    """A path on the cluster as one shell word, relative ones from the directory commands start in."""
+    return shlex.quote(path) if path.startswith("/") else '"$PWD"/' + shlex.quote(path)
+
+
+def _umask(group: str) -> str:
+    # A private cache is the account's alone; a shared one its group's (files made read-only once verified).
+    return "umask 007" if group else "umask 077"
+
+
+class Prefetched:
+    """Reads `source` in a thread a few chunks ahead, so fetching from the object store and writing to the cluster
+    overlap; at most `depth` chunks wait in memory."""
+
+    def __init__(self, source, chunk: int = CHUNK, depth: int = 8) -> None:
+        import queue
+
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._full = queue.Full
+        self._rest = b""
+        self._done = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._fill, args=(source, chunk), daemon=True)
+        self._thread.start()
+
+    def _fill(self, source, chunk: int) -> None:
+        try:
+            while not self._stop.is_set():
+                data = source.read(chunk)
+                self._put(data)
+                if not data:
+                    return
+        except BaseException as exc:  # noqa: BLE001 - handed to the reader, raised there
+            self._put(exc)
+
+    def _put(self, item) -> None:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.5)
+                return
+            except self._full:
+                continue
+
+    def read(self, size: int = -1) -> bytes:
+        while not self._rest and not self._done:
+            item = self._queue.get()
+            if isinstance(item, BaseException):
+                self._stop.set()
+                raise item
+            if not item:
+                self._done = True
+            self._rest = item
+        if size < 0 or size >= len(self._rest):
+            data, self._rest = self._rest, b""
+        else:
+            data, self._rest = self._rest[:size], self._rest[size:]
+        return data
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+class HTTPBody:
+    """The body of a GET of a presigned URL, read like a file, or moved into a pipe by splice(2) where the store
+    speaks plain HTTP: then no byte of a large file passes through the worker's Python (the relay's CPU)."""
+
+    def __init__(self, url: str, timeout: float = 60.0) -> None:
+        parts = urllib.parse.urlsplit(url)
+        kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        self._conn = kind(parts.netloc, timeout=timeout)
+        self._timeout, self._plain = timeout, parts.scheme == "http" and hasattr(os, "splice")
+        self._conn.request("GET", parts.path + (f"?{parts.query}" if parts.query else ""))
+        self._response = self._conn.getresponse()
+        if self._response.status != 200:
+            text = self._response.read(300).decode("utf-8", "replace")
+            self._conn.close()
+            raise OSError(f"the object store answered {self._response.status}: {text}")
+        self.left = self._response.length or 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._response.read(size if size and size > 0 else None)
+        self.left -= len(data)
+        return data
+
+    def splice_into(self, fd: int, moved: Callable[[int], None]) -> None:
+        if not self._plain:  # HTTPS: the bytes are decrypted in Python, a chunk at a time
+            while data := self.read(CHUNK):
+                _write_all(fd, data)
+                moved(len(data))
+            return
+        # What http.client's reader already holds of the body goes first, then the socket straight into the pipe.
+        held = self._response.fp.peek(1)[:self.left] if self.left else b""
+        if held:
+            data = self._response.fp.read(len(held))
+            _write_all(fd, data)
+            self.left -= len(data)
+            moved(len(data))
+        sock = self._conn.sock
+        while self.left > 0:
+            try:
+                n = os.splice(sock.fileno(), fd, min(self.left, 1 << 20))
+            except BlockingIOError:  # the socket has a timeout, so it is non-blocking underneath
+                if not select.select([sock], [], [], self._timeout)[0]:
+                    raise TimeoutError(f"the object store sent nothing for {self._timeout:.0f} s") from None
+                continue
+            if n == 0:
+                raise OSError(f"the object store closed the connection with {self.left} bytes still to send")
+            self.left -= n
+            moved(n)
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _closing(source) -> None:
+    close = getattr(source, "close", None)
+    if close:
+        with contextlib.suppress(Exception):
+            close()
+
+
+# One stream of one file: the login node's python3 reads it, hashes it and writes it in one pass (one process,
+# two copies of each byte); where there is no python3, `tee | openssl dgst` does the same with three processes.
+WRITER = r"""
+import hashlib, os, sys
+digest, buffer = hashlib.sha256(), bytearray(1 << 20)
+view, source = memoryview(buffer), sys.stdin.buffer.raw
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+while True:
+    n = source.readinto(buffer)
+    if not n:
+        break
+    digest.update(view[:n])
+    done = 0
+    while done < n:
+        done += os.write(fd, view[done:n])
+os.close(fd)
+print(digest.hexdigest())
+"""
+# Several streams for one file (`streams`, the cluster option ssh_streams): OpenSSH encrypts each connection on one
+# core, so a file split in ranges moves on as many cores at both ends where they are idle; where they are not, the
+# second pass that hashes the joined file costs more than it saves (bench/README.md): one stream by default.
+# Ranges are whole MiB (dd's blocks).
+STREAMS = 1
+PARALLEL_MIN = 256 << 20
+
+
+def _verify_and_name(tmp: str, final: str, f: DataFile, group: str, digest: str) -> str:
+    """Shell that renames `tmp` to `final` if `digest` (a shell expression) and its size are the file's, else
+    removes it and prints what arrived (exit 3)."""
+    # In a shared cache the file is the group's and read-only before it takes its name: whoever sees it may read
+    # it, and no job writes through its link into what the others read.
+    share = f"chgrp -- {shlex.quote(group)} {tmp} && chmod 0440 -- {tmp} && " if group else ""
+    return (f"got={digest}; size=$(stat -c %s -- {tmp}); "
+            f"if [ \"$got\" = {f.sha256} ] && [ \"$size\" = {int(f.size)} ]; then {share}mv -f -- {tmp} {final}; "
+            f"else rm -f -- {tmp}; printf '%s %s\\n' \"$got\" \"$size\"; exit 3; fi")
+
+
+def copy_large(transport: Transport, cache: str, f: DataFile, group: str,
+               heartbeat: Callable[[], None] | None, streams: int = 0) -> None:
+    """One file streamed to the login node and renamed into the cache once its SHA-256 there is right: hashed as it
+    arrives on one stream, or, split over several streams (ranges of the object), hashed once all have landed."""
+    streams = streams or STREAMS
+    temporary = f"{cache}/{f.sha256}.part-{uuid.uuid4().hex[:12]}"
+    tmp, final = _quoted(temporary), _quoted(f"{cache}/{f.sha256}")
+    try:
+        if streams > 1 and f.open_range is not None and f.size >= PARALLEL_MIN:
+            result = _copy_ranges(transport, tmp, final, f, group, heartbeat, streams)
+        else:
+            write = (f"if command -v {PYTHON} >/dev/null 2>&1; then got=$({PYTHON} -c {shlex.quote(WRITER)} {tmp}); "
+                     f"else got=$(tee -- {tmp} | $H | cut -d ' ' -f 1); fi || {{ rm -f -- {tmp}; exit 5; }}")
+            command = (f"set -o pipefail; {_umask(group)}; {HASHER}; {write}; "
+                       + _verify_and_name(tmp, final, f, group, '"$got"'))
+            # By a presigned GET where there is one (spliced into the pipe to ssh: no byte through Python), else
+            # the store's stream read a few chunks ahead.
+            source = HTTPBody(f.get_url()) if f.get_url is not None else f.open()
+            reader = source if f.get_url is not None else Prefetched(source)
+            try:
+                result = transport.pipe(command, reader, heartbeat=heartbeat, stall=STALL_SECONDS,
+                                        timeout=max(60.0, f.size / 50e6))
+            finally:
+                if reader is not source:
+                    reader.close()
+                _closing(source)
+    except BaseException:
+        # A copy cut short leaves no stray part file behind, where the cluster can still be told so.
+        with contextlib.suppress(Exception):
+            transport.run_shell(f"rm -f -- {tmp}", timeout=30)
+        raise
+    if result.exit_status == 3:
+        got, _, size = result.stdout.strip().partition(" ")
+        raise _mismatch(f, got, size)
+    if result.exit_status != 0:
+        raise BackendError(f"copying {f.path or 'a file'} to the cluster failed: {result.message}")
+
+
+def _copy_ranges(transport: Transport, tmp: str, final: str, f: DataFile, group: str,
+                 heartbeat: Callable[[], None] | None, streams: int):
+    """`streams` ranges of the object, each on a stream of its own into its place in `tmp` (dd at its offset);
+    then the whole file hashed on the login node. The caller's thread waits and beats; a stream that fails cuts
+    the others."""
+    from concurrent.futures import FIRST_EXCEPTION, wait
+
+    mib = 1 << 20
+    step = -(-f.size // streams // mib) * mib
+    ranges = [(start, min(start + step, f.size)) for start in range(0, f.size, step)]
+    made = transport.run_shell(f"{_umask(group)}; : > {tmp}", timeout=60)
+    if not made.ok:
+        raise BackendError(f"cannot make {tmp} on the cluster: {made.message}")
+    cancel = threading.Event()
+
+    def send(start: int, end: int):
+        source = f.open_range(start, end)
+        reader = Prefetched(source)
+        try:
+            return transport.pipe(f"dd of={tmp} bs=1M seek={start // mib} conv=notrunc iflag=fullblock status=none",
+                                  reader, stall=STALL_SECONDS, timeout=120, cancel=cancel)
+        finally:
+            reader.close()
+            _closing(source)
+
+    from backends import transport as transport_module
+
+    with ThreadPoolExecutor(len(ranges), thread_name_prefix="kakehashi-range") as pool:
+        futures = [pool.submit(send, start, end) for start, end in ranges]
+        try:
+            while True:
+                done, pending = wait(futures, timeout=transport_module.HEARTBEAT_EVERY, return_when=FIRST_EXCEPTION)
+                if not pending or any(fut.exception() for fut in done):
+                    break
+                if heartbeat is not None:
+                    heartbeat()
+        finally:
+            if any(not fut.done() for fut in futures):
+                cancel.set()  # one failed (or the caller's heartbeat did): the others stop too
+        for fut in futures:
+            answer = fut.result()
+            if not answer.ok:
+                raise BackendError(f"writing part of {f.path or 'a file'} on the cluster failed: {answer.message}")
+    command = (f"set -o pipefail; {_umask(group)}; {HASHER}; "
+               + _verify_and_name(tmp, final, f, group, f"$($H {tmp} | cut -d ' ' -f 1)"))
+    return transport.run_shell(command, timeout=max(60.0, f.size / 50e6))
+
+
+class TarStream:
+    """The bytes of a tar archive of `files`, each member named by its SHA-256, read like a file.
+
+    Small files are fetched whole by FETCH_THREADS threads ahead of the reader (in order; at most WINDOW_BYTES
+    waiting); a larger one is streamed from its source when its turn comes."""
+
+    def __init__(self, files: Sequence[DataFile], *, threads: int = FETCH_THREADS,
+                 window: int = WINDOW_BYTES) -> None:
+        self._files, self._window = list(files), window
+        self._pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="kakehashi-fetch")
+        self._pending: deque[tuple[DataFile, Future | None]] = deque()
+        self._waiting = 0  # bytes fetched or being fetched ahead
+        self._next = 0
+        self._parts: Iterator[bytes] = self._generate()
+        self._rest = b""
+
+    _local = threading.local()
+
+    @classmethod
+    def _fetch(cls, f: DataFile) -> bytes:
+        if f.get_url is not None:
+            return cls._get(f)
+        source = f.open()
+        try:
+            data = bytearray()
+            while chunk := source.read(CHUNK):
+                data += chunk
+            return bytes(data)
+        finally:
+            _closing(source)
+
+    @classmethod
+    def _get(cls, f: DataFile) -> bytes:
+        """A small object by a presigned GET on this thread's kept-alive connection: a third of boto3's cost per
+        request (signing and parsing in Python), which is what 10,000 small files are made of."""
+        url = urllib.parse.urlsplit(f.get_url())
+        last: Exception | None = None
+        for attempt in range(3):
+            local = cls._local
+            if getattr(local, "where", None) != (url.scheme, url.netloc):
+                kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
+                local.conn, local.where = kind(url.netloc, timeout=60), (url.scheme, url.netloc)
+            try:
+                local.conn.request("GET", url.path + (f"?{url.query}" if url.query else ""))
+                answer = local.conn.getresponse()
+                data = answer.read()
+                if answer.status == 200:
+                    return data
+                last = OSError(f"the object store answered {answer.status} for {f.path or f.sha256[:16]}: "
+                               f"{data[:200].decode('utf-8', 'replace')}")
+                if answer.status < 500:
+                    break
+            except (OSError, http.client.HTTPException) as exc:
+                last = exc
+                local.conn.close()
+                local.where = None
+            time.sleep(0.5 * (attempt + 1))
+        raise last
+
+    def _fill(self) -> None:
+        while self._next < len(self._files):
+            f = self._files[self._next]
+            whole = f.size < FETCH_WHOLE
+            if whole and self._pending and self._waiting + f.size > self._window:
+                return
+            self._pending.append((f, self._pool.submit(self._fetch, f) if whole else None))
+            self._waiting += f.size if whole else 0
+            self._next += 1
+            if not whole:
+                return  # a streamed file: nothing after it is fetched until it has passed
+
+    def _generate(self) -> Iterator[bytes]:
+        self._fill()
+        while self._pending:
+            f, future = self._pending.popleft()
+            info = tarfile.TarInfo(f.sha256)
+            info.size, info.mode, info.mtime = f.size, 0o600, 0
+            yield info.tobuf(format=tarfile.USTAR_FORMAT)
+            sent = 0
+            if future is not None:
+                data = future.result()
+                self._waiting -= f.size
+                self._fill()
+                sent = min(len(data), f.size)
+                yield data[:f.size]
+            else:
+                source = f.open()
+                reader = Prefetched(source)
+                try:
+                    while sent < f.size and (data := reader.read(min(CHUNK, f.size - sent))):
+                        sent += len(data)
+                        yield data
+                finally:
+                    reader.close()
+                    _closing(source)
+                self._fill()
+            while sent < f.size:
+                # The store gave fewer bytes than it recorded: the tar header promised f.size, so the archive stays
+                # well-formed and the login node's checksum says the file is not what the store recorded.
+                pad = min(CHUNK, f.size - sent)
+                sent += pad
+                yield bytes(pad)
+            if f.size % 512:
+                yield bytes(512 - f.size % 512)
+        yield bytes(1024)
+
+    def read(self, size: int = -1) -> bytes:
+        while not self._rest:
+            part = next(self._parts, None)
+            if part is None:
+                return b""
+            self._rest = part
+        if size < 0 or size >= len(self._rest):
+            data, self._rest = self._rest, b""
+        else:
+            data, self._rest = self._rest[:size], self._rest[size:]
+        return data
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+# The login node's side of a tar stream where it has python3: each member written, hashed in the same pass and
+# renamed to its SHA-256 if that is its name (one process, no second pass over the files). Without python3: `tar -x`
+# into a directory of its own, then `openssl dgst` over what it unpacked, then `mv`. Runs in the cache directory,
+# reading the stream on stdin; argv: the group sharing the cache ("" for none) and this stream's token.
+RECEIVER = r"""
+import hashlib, os, re, sys, tarfile
+group, token = sys.argv[1], sys.argv[2]
+gid = __import__("grp").getgrnam(group).gr_gid if group else -1
+hexname, buffer = re.compile(r"[0-9a-f]{64}\Z"), bytearray(1 << 20)
+view = memoryview(buffer)
+archive = tarfile.open(fileobj=sys.stdin.buffer, mode="r|")
+for member in archive:
+    name = member.name
+    if not member.isfile() or not hexname.match(name):
+        sys.exit("not a file named by its SHA-256 in the stream: %r" % name[:80])
+    tmp = "%s.part-%s" % (name, token)
+    source, digest, size = archive.extractfile(member), hashlib.sha256(), 0
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        while True:
+            n = source.readinto(buffer)
+            if not n:
+                break
+            digest.update(view[:n])
+            done = 0
+            while done < n:
+                done += os.write(fd, view[done:n])
+            size += n
+    finally:
+        os.close(fd)
+    got = digest.hexdigest()
+    if got != name or size != member.size:
+        os.unlink(tmp)
+        print("bad", name, got)
+        continue
+    if group:
+        os.chown(tmp, -1, gid)
+        os.chmod(tmp, 0o440)
+    os.rename(tmp, name)
+    print("ok", name)
+"""
+
+
+def copy_batch(transport: Transport, cache: str, files: Sequence[DataFile], group: str,
+               heartbeat: Callable[[], None] | None) -> None:
+    """Many files in one tar stream into the cache, each taking its name once its SHA-256 there is that name;
+    DataRefused naming those whose bytes are not what the store recorded."""
+    if not files:
+        return
+    token = uuid.uuid4().hex[:12]
+    incoming = _quoted(f"{cache}/.incoming-{token}")
+    share = (f"xargs -r chgrp -- {shlex.quote(group)} < \"$in.ok\" && xargs -r chmod 0440 -- < \"$in.ok\" && "
+             if group else "")
+    # `ls` lists only what tar made there: names of 64 hex digits, nothing else can be in a directory made here.
+    unpack = "\n".join([
+        f'in="$PWD"/.incoming-{token}',  # in the cache (the command is there)
+        'mkdir -- "$in" || exit 5',
+        'tar -x -f - -C "$in" --no-same-owner || { rm -rf -- "$in"; echo "tar could not unpack the stream" >&2; exit 5; }',
+        'cd -- "$in" || exit 5',
+        """ls -1 | xargs -r $H | """
+        """awk -v ok="$in.ok" '{n=$2; sub(/^\\*/, "", n); if ($1 == n) print n > ok; else print "bad", n, $1}'""",
+        'touch -- "$in.ok"',
+        f'{share}xargs -r mv -f -t .. -- < "$in.ok" || {{ rm -rf -- "$in" "$in.ok"; exit 5; }}',
+        'sed "s/^/ok /" "$in.ok"; cd .. && rm -rf -- "$in" "$in.ok"',
+    ])
+    command = "\n".join([
+        f"set -o pipefail; {_umask(group)}; {HASHER}",
+        f"cd -- {_quoted(cache)} || exit 5",
+        f"if command -v {PYTHON} >/dev/null 2>&1; then",
+        f"{PYTHON} -c {shlex.quote(RECEIVER)} {shlex.quote(group)} {token}",
+        "else",
+        unpack,
+        "fi",
+    ])
+    stream = TarStream(files)
+    try:
+        result = transport.pipe(command, stream, heartbeat=heartbeat, stall=STALL_SECONDS,
+                                timeout=max(60.0, sum(f.size for f in files) / 50e6))
+    except BaseException:
+        with contextlib.suppress(Exception):
+            transport.run_shell(f"rm -rf -- {incoming} {incoming}.ok; cd -- {_quoted(cache)} && "
+                                f"rm -f -- *.part-{token}", timeout=30)
+        raise
+    finally:
+        stream.close()
+    if result.exit_status != 0:
+        with contextlib.suppress(Exception):
+            transport.run_shell(f"cd -- {_quoted(cache)} && rm -f -- *.part-{token}", timeout=30)
+        raise BackendError(f"copying {len(files)} files to the cluster failed: {result.message}")
+    moved, bad = set(), {}
+    for line in result.stdout.splitlines():
+        word, _, rest = line.partition(" ")
+        if word == "ok":
+            moved.add(rest.strip())
+        elif word == "bad":
+            name, _, got = rest.partition(" ")
+            bad[name] = got.strip()
+    by_sha = {f.sha256: f for f in files}
+    if bad:
+        sha = sorted(bad)[0]
+        more = f" (and {len(bad) - 1} other file(s))" if len(bad) > 1 else ""
+        refusal = _mismatch(by_sha[sha], bad[sha], "") if sha in by_sha else DataRefused(f"{sha} arrived damaged")
+        raise DataRefused(f"{refusal}{more}")
+    missing = [sha for sha in by_sha if sha not in moved]
+    if missing:
+        raise BackendError(f"{len(missing)} of {len(files)} files did not arrive in the cluster's cache "
+                           f"({by_sha[missing[0]].path or missing[0][:16]}…): {result.message}")

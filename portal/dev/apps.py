@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class DevConfig(AppConfig):
+    name = "portal.dev"
+    label = "dev"
+    verbose_name = "Development scaffolding"

@@ -1,0 +1,147 @@
+"""`make run`'s stack for tests: the launcher (`python -m portal.dev.devserver`, what `make run` runs) in a temporary var
+directory on a free port, with the embedded defaults of a developer's shell: SQLite, the file-system broker, the local
+backend, the demo data."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+from tests.seaweedfs import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+FINAL = {"completed", "failed", "cancelled", "timed_out", "lost"}
+
+
+def _embedded_env(var: Path, port: int, **overrides: str) -> dict[str, str]:
+    """The environment of a developer's shell: none of the test suite's PostgreSQL, Redis or S3 settings."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("KAKEHASHI_", "CELERY_", "DATABASE_", "REDIS_", "DJANGO_", "CACHE_"))}
+    env.update({
+        "KAKEHASHI_VAR_DIR": str(var),
+        "KAKEHASHI_ADDRESS": f"127.0.0.1:{port}",
+        # A dispatch whose message died with a killed worker is sent again after this long (a local submit
+        # takes well under a second: its lease need not cover an SSH timeout).
+        "KAKEHASHI_RECOVER_INTERVAL": "10",
+        "KAKEHASHI_STALE_DISPATCH_SECONDS": "20",
+        "KAKEHASHI_DISPATCH_LEASE_SECONDS": "15",
+        "KAKEHASHI_API_RATE": "100000/min",
+        "PYTHONUNBUFFERED": "1",
+        # The portal alone unless a test asks for more: test_make_run_hybrid.py runs the S3 server and the hub.
+        "KAKEHASHI_RUN": "minimal",
+        **overrides,
+    })
+    return env
+
+
+def _children(pid: int) -> dict[int, str]:
+    """Every live descendant of `pid` (pid -> command line), read from /proc."""
+    parents: dict[int, int] = {}
+    commands: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            commands[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        fields = stat.rpartition(")")[2].split()
+        if fields[0] != "Z":
+            parents[int(entry.name)] = int(fields[1])
+    found: dict[int, str] = {}
+    frontier = [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child, ppid in parents.items():
+            if ppid == parent and child not in found:
+                found[child] = commands.get(child, "")
+                frontier.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+class Stack:
+    """One `make run`: the launcher in its own process group, its output in a file."""
+
+    def __init__(self, var: Path, **env: str) -> None:
+        self.var = var
+        self.port = free_port()
+        self.env = _embedded_env(var, self.port, **env)
+        self.log_path = var / "make-run.log"
+        self.base = f"http://127.0.0.1:{self.port}"
+        var.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("wb")
+        self.proc = subprocess.Popen([sys.executable, "-m", "portal.dev.devserver"], cwd=ROOT, env=self.env,
+                                     stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"make run exited {self.proc.returncode}:\n{self.log()[-3000:]}"
+            try:
+                if requests.get(f"{self.base}/healthz", timeout=2).status_code == 200 and self.worker_pid():
+                    if "ready." in self.log():
+                        return
+            except requests.RequestException:
+                pass
+            time.sleep(0.5)
+        raise AssertionError(f"make run not ready in {timeout} s:\n{self.log()[-3000:]}")
+
+    def worker_pid(self) -> int | None:
+        for pid, command in _children(self.proc.pid).items():
+            if re.search(r"celery -A workers worker", command) and self._parent(pid) == self.proc.pid:
+                return pid
+        return None
+
+    @staticmethod
+    def _parent(pid: int) -> int:
+        try:
+            return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+        except OSError:
+            return -1
+
+    def token(self) -> str:
+        done = subprocess.run([sys.executable, "manage.py", "issue_token", "demo", "--scope", "submit",
+                               "--scope", "read"], cwd=ROOT, env=self.env, capture_output=True, text=True, check=True)
+        return done.stdout.strip()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        # Whatever the launcher left (the tests below look for leftovers themselves) is not left for others.
+        for pid in _children(self.proc.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self._log.close()

@@ -1,0 +1,153 @@
+"""Session tunnels (docs/decisions/0056): the rules as plain functions, and the tunnel process's reconciliation on
+the test database with the test cluster's real login node (alice's account, host keys pinned). End to end with the
+hub: tests/hub/test_session_tunnel.py."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+from django.utils import timezone
+
+from portal.sessions.tunnels import (
+    Target,
+    candidate_ports,
+    check_option,
+    plan,
+    port_range,
+    url_of,
+    wants_tunnel,
+)
+from tests.conftest import listening
+
+
+def target(session_id: int, port: int = 40000, host: str = "10.0.0.5") -> Target:
+    return Target(session_id, cluster_id=1, account_id=7, host=host, port=port)
+
+
+def test_only_the_json_value_true_asks_for_a_tunnel_and_anything_else_but_a_boolean_is_refused():
+    assert wants_tunnel({"session_tunnel": True})
+    assert not any(wants_tunnel(o) for o in ({}, None, {"session_tunnel": "true"}, {"session_tunnel": 1},
+                                             {"session_tunnel": False}))
+    assert check_option({"session_tunnel": True}) == check_option({}) == ""
+    assert "true or false" in check_option({"session_tunnel": "yes"})
+
+
+def test_a_reconciliation_opens_what_is_wanted_closes_what_ended_and_records_closed_what_a_crashed_process_left():
+    wanted = {1: target(1), 2: target(2)}
+    held = {1: target(1), 3: target(3)}
+    assert plan(wanted, held, recorded={1, 3, 4}) == plan(wanted, held, recorded=[4, 3, 1])
+    done = plan(wanted, held, recorded={1, 3, 4})
+    assert (done.close, done.open, done.forget) == ([3], [2], [3, 4])
+    # A freshly started process holds nothing: every wanted tunnel opens again, none is forgotten.
+    assert plan(wanted, {}, recorded={1, 2}) == type(done)(close=[], open=[1, 2], forget=[])
+    # A held tunnel never leads anywhere but its session's reported address: a differing one is reopened.
+    moved = plan({1: target(1, port=40001)}, {1: target(1)}, recorded={1})
+    assert (moved.close, moved.open, moved.forget) == ([1], [1], [])
+
+
+def test_a_new_tunnel_takes_a_free_port_of_the_range_and_a_recorded_one_only_its_own():
+    ports = port_range("20000-20004")
+    assert ports == range(20000, 20005) and port_range("20500") == range(20500, 20501)
+    assert candidate_ports(ports, taken={20000, 20002}) == [20001, 20003, 20004]
+    assert candidate_ports(ports, taken={20000}, recorded=20000) == [20000]
+    assert candidate_ports(ports, taken=set(ports)) == []
+    for bad in ("", "abc", "0-10", "20010-20000", "65000-70000"):
+        with pytest.raises(ValueError, match="KAKEHASHI_SESSION_TUNNEL_PORTS"):
+            port_range(bad)
+
+
+def test_the_hub_is_given_an_address_it_can_route_to():
+    assert url_of("127.0.0.1", 20001) == "http://127.0.0.1:20001"
+    assert url_of("tunnels.internal", 20001) == "http://tunnels.internal:20001"
+    assert url_of("::1", 20001) == "http://[::1]:20001"
+
+
+# ------------------------------------------------------------------------ the reconciliation, on real components
+
+
+@pytest.fixture
+def node_server():
+    """A "session's server" on 127.0.0.1, as the login node reaches it: answers each chunk in upper case."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return
+            with client:
+                while data := client.recv(4096):
+                    client.sendall(data.upper())
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield server.getsockname()[1]
+    server.close()
+
+
+def ask(port: int) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(b"lab?")
+        return conn.recv(100)
+
+
+def reported_session(site, name: str, cluster_slug: str, port: int):
+    from portal.crypto import token_digest
+    from portal.jobs.actions.submit import submit_job
+    from portal.jobs.actions.validation import JobRequest
+    from portal.jobs.models import Job, JobState
+    from portal.sessions.actions import default_app
+    from portal.sessions.models import Session
+
+    hardware = site.clusters[cluster_slug].hardware.order_by("pk").first()
+    job = submit_job(site.alice, JobRequest(project=site.project, name=name, script="true", hardware=hardware)).job
+    Job.objects.filter(pk=job.pk).update(kind=Job.Kind.SESSION, state=JobState.RUNNING)
+    return Session.objects.create(job=job, app=default_app(), hub_user="alice", server_name=name,
+                                  token_digest=token_digest(f"token-{name}"), host="127.0.0.1", port=port,
+                                  ready_at=timezone.now())
+
+
+@pytest.mark.cluster
+@pytest.mark.django_db
+def test_the_tunnel_process_opens_a_tunnel_per_reported_session_takes_it_over_after_a_restart_and_closes_it_when_the_session_ends(
+        hpc_site, node_server, transport_for):
+    from portal.jobs.models import Job, JobState
+    from portal.sessions.models import Session, SessionTunnel
+    from portal.sessions.tunnel_keeper import TunnelKeeper
+    from portal.sessions.tunnels import server_url
+
+    cluster = hpc_site.clusters["slurm-test"]
+    cluster.options = {**cluster.options, "session_tunnel": True}
+    cluster.save()
+    tunnelled = reported_session(hpc_site, "tunnelled", "slurm-test", node_server)
+    direct = reported_session(hpc_site, "direct", "pbs-test", node_server)
+
+    keeper = TunnelKeeper()
+    try:
+        keeper.step()
+        tunnel = SessionTunnel.objects.get(session=tunnelled)
+        assert set(keeper.held) == {tunnelled.pk}  # the other cluster's nodes are reached directly
+        assert not SessionTunnel.objects.filter(session=direct).exists()
+        assert server_url(Session.objects.get(pk=direct.pk)) == f"http://127.0.0.1:{node_server}"
+        assert server_url(Session.objects.get(pk=tunnelled.pk)) == f"http://127.0.0.1:{tunnel.port}"
+        assert ask(tunnel.port) == b"LAB?"  # through the login node, as alice
+        keeper.step()
+        assert SessionTunnel.objects.get(session=tunnelled).connections == 1
+    finally:
+        keeper.close_all()  # the process stops (or crashes): the tunnel stays recorded open
+    assert not listening(tunnel.port) and SessionTunnel.objects.get(session=tunnelled).closed_at is None
+
+    again = TunnelKeeper()
+    try:
+        again.step()
+        assert SessionTunnel.objects.get(session=tunnelled).port == tunnel.port
+        assert ask(tunnel.port) == b"LAB?"
+        Job.objects.filter(pk=tunnelled.pk).update(state=JobState.CANCELLED)
+        again.step()
+        assert not listening(tunnel.port) and again.held == {}
+        assert SessionTunnel.objects.get(session=tunnelled).closed_at is not None
+        assert server_url(Session.objects.get(pk=tunnelled.pk)) == ""
+    finally:
+        again.close_all()
