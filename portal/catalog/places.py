@@ -128,12 +128,13 @@ def _nodes_for(hardware: HardwareType, shape: Shape) -> int | None:
     return nodes
 
 
-def places_for(project, shape: Shape, user=None) -> list[Place]:
+def places_for(project, shape: Shape, user=None, hardware: list[HardwareType] | None = None) -> list[Place]:
     """Every place `project` may run `shape`: where `user` (if given) can run first, each part cheapest first (in
-    the reporting unit; unpriced last); the others say what is missing."""
+    the reporting unit; unpriced last); the others say what is missing. `hardware`: the project's usable hardware
+    (hardware_for_project), when the caller has it already."""
     budget = budget_of(project)
     reporting_unit = settings.KAKEHASHI_REPORTING_UNIT
-    hardware = list(hardware_for_project(project))
+    hardware = list(hardware_for_project(project)) if hardware is None else hardware
     healths = {h.cluster_id: h for h in ClusterHealth.objects.filter(cluster_id__in={hw.cluster_id for hw in hardware})}
     cloud_waiting: dict[int, int | None] = {}
     for gpus_per_node in {hw.gpus_per_node for hw in hardware if is_cloud(hw.cluster)}:

@@ -27,11 +27,21 @@ def submittable_projects(user) -> QuerySet[Project]:
 def hardware_by_project(projects) -> dict[int, set[int]]:
     """Per project id, the ids of the hardware it may use: enabled hardware on enabled clusters it is allocated,
     honouring each allocation's restriction and unused list, without hardware whose queue the health check found
-    missing or disabled (a torn-down cloud queue). Four statements however many projects (the job form asks this
+    missing or disabled (a torn-down cloud queue). Five statements however many projects (the job form asks this
     for every project a person is in)."""
+    # Plain rows, not models: the job form and every preview ask this, and building model instances for the
+    # prefetch cost more than the statements themselves.
     allocations = list(Allocation.objects.filter(project__in=projects, cluster__enabled=True, in_use=True)
-                       .prefetch_related("hardware", "unused_hardware"))
-    clusters = {a.cluster_id for a in allocations}
+                       .values_list("pk", "project_id", "cluster_id"))
+    restricted: dict[int, set[int]] = {}
+    for allocation_id, hw_id in Allocation.hardware.through.objects.filter(
+            allocation_id__in=[pk for pk, _, _ in allocations]).values_list("allocation_id", "hardwaretype_id"):
+        restricted.setdefault(allocation_id, set()).add(hw_id)
+    unused: dict[int, set[int]] = {}
+    for allocation_id, hw_id in Allocation.unused_hardware.through.objects.filter(
+            allocation_id__in=[pk for pk, _, _ in allocations]).values_list("allocation_id", "hardwaretype_id"):
+        unused.setdefault(allocation_id, set()).add(hw_id)
+    clusters = {cluster_id for _, _, cluster_id in allocations}
     unavailable = dict(ClusterHealth.objects.filter(cluster_id__in=clusters).exclude(unavailable={})
                        .values_list("cluster_id", "unavailable"))
     on_cluster: dict[int, list[tuple[int, str]]] = {}
@@ -40,19 +50,21 @@ def hardware_by_project(projects) -> dict[int, set[int]]:
         if slug not in (unavailable.get(cluster_id) or {}):
             on_cluster.setdefault(cluster_id, []).append((pk, slug))
     usable: dict[int, set[int]] = {}
-    for allocation in allocations:
-        restricted = {hw.pk for hw in allocation.hardware.all()}
-        unused = {hw.pk for hw in allocation.unused_hardware.all()}
-        usable.setdefault(allocation.project_id, set()).update(
-            pk for pk, _ in on_cluster.get(allocation.cluster_id, ())
-            if (not restricted or pk in restricted) and pk not in unused)
+    for allocation_id, project_id, cluster_id in allocations:
+        only, skip = restricted.get(allocation_id), unused.get(allocation_id, set())
+        usable.setdefault(project_id, set()).update(
+            pk for pk, _ in on_cluster.get(cluster_id, ()) if (not only or pk in only) and pk not in skip)
     return usable
 
 
 def hardware_for_projects(projects) -> QuerySet[HardwareType]:
     """Enabled hardware on clusters the projects are allocated, honouring per-allocation restrictions."""
-    ids = set().union(*hardware_by_project(projects).values())
-    return HardwareType.objects.filter(pk__in=ids).select_related("cluster")
+    return hardware_of(hardware_by_project(projects))
+
+
+def hardware_of(by_project: dict[int, set[int]]) -> QuerySet[HardwareType]:
+    """The hardware in a hardware_by_project answer, whichever project may use it."""
+    return HardwareType.objects.filter(pk__in=set().union(*by_project.values())).select_related("cluster")
 
 
 def why_not_usable(hardware: HardwareType, project) -> str | None:

@@ -100,12 +100,14 @@ def job_bulk_cancel(request):
 
 def _form(request, data=None, initial=None, files=None) -> JobForm:
     projects = catalog.submittable_projects(request.user)
+    # Asked once: the choices, the project -> hardware map below and the preview's comparison all read it.
+    by_project = catalog.hardware_by_project(projects)
     form = JobForm(
         data,
         files,
         initial=initial or {},
         projects=projects,
-        hardware=catalog.hardware_for_projects(projects),
+        hardware=catalog.hardware_of(by_project),
         software=catalog.software_for_projects(projects),
         stored_notebooks=visible_files(request.user).filter(project__in=projects, path__endswith=".ipynb"),
         user=request.user,
@@ -115,10 +117,11 @@ def _form(request, data=None, initial=None, files=None) -> JobForm:
     # Which projects may use each hardware type (their ids, space-separated): the form offers only the chosen
     # project's, and a choice made for another project is dropped when the project changes.
     users: dict[int, list[str]] = {}
-    for project_id, hardware in sorted(catalog.hardware_by_project(projects[:MAX_FORM_PROJECTS]).items()):
+    for project_id, hardware in sorted(by_project.items())[:MAX_FORM_PROJECTS]:
         for pk in hardware:
             users.setdefault(pk, []).append(str(project_id))
     form.hardware_projects = {pk: " ".join(ids) for pk, ids in users.items()}
+    form.hardware_by_project = by_project
     return form
 
 
@@ -286,16 +289,18 @@ def job_preview(request):
             context["edited"] = bool(edit) and edit == prepared.script.strip()
             context["budget"] = catalog.budget_after(prepared.job.project, prepared.estimate)
             # A sweep's points share one shape: the comparison is for one point (the estimate above is for all).
-            context["comparison"] = _comparison(prepared.job, request.user)
+            context["comparison"] = _comparison(prepared.job, request.user, form)
     return render(request, "jobs/_preview.html", context)
 
 
-def _comparison(job, user) -> dict:
+def _comparison(job, user, form: JobForm) -> dict:
     """Every place this job's shape could run for its project, cheapest first (docs/decisions/0018)."""
     hw = job.hardware
     shape = places.Shape(gpus=hw.gpus_per_node * job.nodes, walltime_seconds=job.walltime_seconds,
                          gpu_model=hw.gpu_model, nodes=job.nodes)
-    return {"shape": shape, "places": places.places_for(job.project, shape, user), "chosen": hw}
+    usable = form.hardware_by_project.get(job.project_id, set())
+    hardware = [h for h in form.fields["hardware"].queryset if h.pk in usable]
+    return {"shape": shape, "places": places.places_for(job.project, shape, user, hardware=hardware), "chosen": hw}
 
 
 @login_required
