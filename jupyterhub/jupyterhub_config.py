@@ -114,6 +114,7 @@ if c.JupyterHub.spawner_class == "kakehashi":
     sys.path.insert(0, str(HERE / "kakehashi-lab"))  # this checkout's kakehashi_lab, whatever is installed
     c.JupyterHub.spawner_class = "kakehashi_lab.spawner.KakehashiSpawner"
     c.KakehashiSpawner.portal_url = portal_url
+    c.KakehashiSpawner.service_name = service  # the spawn page asks the portal's estimate through /services/<name>/
     c.JupyterHub.allow_named_servers = True
     c.JupyterHub.named_server_limit_per_user = int(os.environ.get("KAKEHASHI_HUB_SESSIONS_PER_USER", "5"))
     # The hub answers a start at once (202) instead of waiting up to 10 s: the portal's Start returns, and the session

@@ -9,6 +9,7 @@ from portal.notifications import views as notification_views
 from portal.overview import views as overview
 from portal.projects import views as project_views
 from portal.samples import views as samples_views
+from portal.sessions import api as session_api
 from portal.sessions import views as session_views
 from portal.usage import views as usage_views
 
@@ -66,6 +67,10 @@ urlpatterns = [
     # Sessions' API lives with the sessions app (which builds on the API's parts and the hub's), before the API's own
     # catch-all: /api/v1/sessions/…
     path("api/v1/sessions/", include("portal.sessions.api_urls")),
+    # The hub's spawn page prices a session while the person chooses: its request comes through the hub's proxy,
+    # which keeps the service's prefix (the one API call answered there; other /services/… paths sign in).
+    path("services/<str:service>/api/v1/sessions/estimate/", session_api.HubSessionEstimateView.as_view(),
+         name="hub-session-estimate"),
     path("api/", include("portal.api.urls")),
     path("accounts/", include("allauth.urls")),  # with the hub's OAuth sign-in (portal/hub/urls.py)
     path("", include("portal.hub.page_urls")),

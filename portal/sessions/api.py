@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 
+from django.conf import settings
 from django.urls import reverse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
@@ -22,16 +23,18 @@ from portal.api import queries
 from portal.api.authentication import TokenAuthentication
 from portal.api.base import ApiView, ListView
 from portal.api.errors import ApiError
+from portal.api.models import Scope
 from portal.api.parsers import JSONParser, JSONRenderer
 from portal.api.schema import BAD_INPUT, COMMON_ERRORS, NOT_FOUND, error
-from portal.api.serializers import MoneyField, WalltimeField, absolute_url
+from portal.api.serializers import MoneyField, WalltimeField, absolute_url, money
+from portal.budgets.actions import Money
 from portal.catalog.queries import budget_after
 from portal.hub.authentication import HubCredential
 from portal.jobs.actions.cancel import CancelError
 from portal.jobs.models import FINAL_STATES
 from portal.sessions import actions, hub, tunnels
 from portal.sessions.models import Session, SessionApp
-from portal.sessions.queries import figures, visible_sessions
+from portal.sessions.queries import figures, session_choices, visible_sessions
 
 
 class SessionSerializer(serializers.Serializer):
@@ -172,13 +175,10 @@ class SessionListCreateView(ListView):
                             headers={"Location": reverse("api-session-detail", args=[session.job_id])})
         submission = actions.prepare_session(request.user, req)
         hub_user = hub.hub_user_of(request.user)
-        estimate = ({"amount": str(submission.estimate.amount), "unit": submission.estimate.unit}
-                    if submission.estimate else None)
+        estimate = money(submission.estimate)
         if data["dry_run"]:
-            after = budget_after(req.project, submission.estimate)
-            return Response({"name": req.server_name, "estimate": estimate, "script": submission.script,
-                             "budget_left": {"amount": str(after.summary.available), "unit": after.summary.unit}
-                             if after else None, "fits": after.fits if after else True}, status=status.HTTP_200_OK)
+            return Response({"name": req.server_name, "script": submission.script, **_priced(req, submission)},
+                            status=status.HTTP_200_OK)
         try:
             hub.open_on_hub(hub_user, req.server_name, {
                 "project": req.project.slug, "hardware": req.hardware.slug, "software": req.software.slug,
@@ -190,6 +190,84 @@ class SessionListCreateView(ListView):
                          "estimate": estimate,
                          "detail": "the hub is starting it: it appears in the list in a moment"},
                         status=status.HTTP_202_ACCEPTED)
+
+
+def _priced(req: actions.SessionRequest, submission) -> dict:
+    """A checked session's estimate and its project's budget (what the dry run, the estimate and the spawn page say)."""
+    after = budget_after(req.project, submission.estimate)
+    return {"estimate": money(submission.estimate),
+            "budget_left": money(Money(after.summary.available, after.summary.unit)) if after else None,
+            "strict": bool(after and after.summary.strict), "fits": after.fits if after else True}
+
+
+class EstimateSerializer(serializers.Serializer):
+    project = serializers.CharField()
+    hardware = serializers.CharField()
+    software = serializers.CharField()
+    walltime = serializers.CharField(default="01:00:00")
+    app = serializers.CharField(required=False, allow_blank=True, help_text="a session app's slug (default: the first)")
+
+
+class EstimateAnswer(serializers.Serializer):
+    estimate = MoneyField(help_text="for the whole walltime; null where the hardware has no price in the budget's unit")
+    budget_left = MoneyField(help_text="the project's budget left now; null without a budget")
+    strict = serializers.BooleanField(help_text="the budget refuses what it cannot cover")
+    fits = serializers.BooleanField(help_text="the budget can cover the estimate (always true for a soft budget)")
+
+
+class SessionEstimateView(ApiView):
+    """The estimate and the budget left for a session, or why it would be refused: the hub's spawn page asks this
+    (through the hub's proxy, with a token the hub made for the page) while the person chooses."""
+
+    parser_classes = [JSONParser]
+    required_scopes = {"POST": Scope.READ}  # it records nothing
+
+    @extend_schema(request=EstimateSerializer, responses={
+        200: EstimateAnswer, **BAD_INPUT,
+        402: error("the project's strict budget cannot cover the session (code budget_exceeded)"),
+        **COMMON_ERRORS, **NOT_FOUND}, summary="Price a session before starting it (nothing is recorded)")
+    def post(self, request):
+        body = EstimateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        req = request_from(request.user, {**body.validated_data, "name": "estimate"})
+        return Response(_priced(req, actions.prepare_session(request.user, req)))
+
+
+class HubSessionEstimateView(SessionEstimateView):
+    """The same, at /services/<service>/api/v1/sessions/estimate/ on the hub (its proxy keeps the prefix): the spawn
+    page's address for it. Not a separate operation of the API's schema."""
+
+    @extend_schema(exclude=True)
+    def post(self, request, service: str):
+        if service != settings.KAKEHASHI_HUB_SERVICE_NAME:
+            raise ApiError("no such JupyterHub service here", status_code=404, code="not_found")
+        return super().post(request)
+
+
+class ChoicesAnswer(serializers.Serializer):
+    projects = serializers.ListField(child=serializers.DictField(), help_text="slug, name")
+    apps = serializers.ListField(child=serializers.DictField(), help_text="slug, name")
+    software = serializers.ListField(child=serializers.DictField(), help_text="slug, name")
+    hardware = serializers.ListField(child=serializers.DictField(),
+                                     help_text="slug, name, cluster, projects: the slugs of the projects that may use it")
+
+
+class SessionChoicesView(ApiView):
+    """What the caller may start a session with: the portal's New page and the hub's spawn page offer the same."""
+
+    @extend_schema(responses={200: ChoicesAnswer, **COMMON_ERRORS}, summary="What a session may be started with")
+    def get(self, request):
+        actions.default_app()  # a site without apps gets JupyterLab
+        choices = session_choices(request.user)
+        slugs = dict(choices.projects.values_list("pk", "slug"))
+        return Response({
+            "projects": [{"slug": p.slug, "name": p.name} for p in choices.projects],
+            "apps": [{"slug": a.slug, "name": a.name} for a in choices.apps],
+            "software": [{"slug": s.slug, "name": s.name} for s in choices.software.order_by("name")],
+            "hardware": [{"slug": hw.slug, "name": hw.name, "cluster": hw.cluster.name,
+                          "projects": sorted(slugs[p] for p in choices.projects_of_hardware.get(hw.pk, ()) if p in slugs)}
+                         for hw in choices.hardware.order_by("cluster__name", "name")],
+        })
 
 
 class SessionDetailView(ApiView):

@@ -2,12 +2,11 @@ from __future__ import annotations
 
 from django import forms
 
-from portal.catalog import queries as catalog
 from portal.catalog.models import HardwareType, Software
-from portal.clusters.connect import cloud_kinds
 from portal.projects.models import Project
 from portal.sessions.actions import default_app
 from portal.sessions.models import SessionApp
+from portal.sessions.queries import session_choices
 
 
 class SessionForm(forms.Form):
@@ -24,14 +23,8 @@ class SessionForm(forms.Form):
     def __init__(self, user, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         default_app()  # a site without apps gets JupyterLab
-        projects = catalog.submittable_projects(user)
-        self.fields["project"].queryset = projects
-        needs = set()
-        for app in SessionApp.objects.filter(enabled=True):
-            needs |= set(app.needs or [])
-        software = catalog.software_for_projects(projects)
-        self.fields["software"].queryset = Software.objects.filter(
-            pk__in=[s.pk for s in software if set(s.provides or []) & needs or not needs])
-        hardware = catalog.hardware_for_projects(projects).exclude(cluster__kind__in=cloud_kinds())  # no sessions there (actions.offers_sessions)
-        self.fields["hardware"].queryset = hardware
+        choices = session_choices(user)
+        self.fields["project"].queryset = choices.projects
+        self.fields["software"].queryset = choices.software
+        self.fields["hardware"].queryset = choices.hardware
         self.fields["hardware"].label_from_instance = lambda hw: f"{hw.name} — {hw.cluster.name}"

@@ -12,9 +12,13 @@ from django.utils import timezone
 
 from portal.budgets import actions as budgets
 from portal.budgets.queries import budget_of
+from portal.catalog import queries as catalog
+from portal.catalog.models import HardwareType, Software
+from portal.clusters.connect import cloud_kinds
 from portal.jobs.models import FINAL_STATES, Job, JobState
 from portal.jobs.queries import visible_jobs
-from portal.sessions.models import Session
+from portal.projects.models import Project
+from portal.sessions.models import Session, SessionApp
 
 # Lab's status bar warns this many minutes before the walltime ends (batchspawner#120: save your work).
 WARN_MINUTES = (15, 5)
@@ -67,3 +71,32 @@ def figures(session: Session, now: datetime | None = None) -> Figures:
         last = job.events.order_by("-id").first()
         ended_why = (last.reason if last else "") or job.state_reason or job.get_state_display()
     return Figures(ends_at, left, cost, left_money, warning, ended_why)
+
+
+@dataclass(frozen=True)
+class Choices:
+    """What a person may start a session with: the portal's New form and the hub's spawn page offer the same."""
+
+    projects: QuerySet[Project]
+    apps: QuerySet[SessionApp]
+    software: QuerySet[Software]  # software providing what an enabled app needs (JupyterLab)
+    hardware: QuerySet[HardwareType]  # on clusters that offer sessions
+    projects_of_hardware: dict[int, set[int]]  # hardware id -> the ids of the projects that may use it
+
+
+def session_choices(user) -> Choices:
+    projects = catalog.submittable_projects(user)
+    apps = SessionApp.objects.filter(enabled=True).order_by("pk")
+    needs: set[str] = set()
+    for app in apps:
+        needs |= set(app.needs or [])
+    software = Software.objects.filter(
+        pk__in=[s.pk for s in catalog.software_for_projects(projects) if set(s.provides or []) & needs or not needs])
+    by_project = catalog.hardware_by_project(projects)
+    # No sessions on a cloud API's clusters (sessions.actions.offers_sessions says why).
+    hardware = catalog.hardware_of(by_project).exclude(cluster__kind__in=cloud_kinds())
+    projects_of: dict[int, set[int]] = {}
+    for project_id, ids in by_project.items():
+        for pk in ids:
+            projects_of.setdefault(pk, set()).add(project_id)
+    return Choices(projects, apps, software, hardware, projects_of)

@@ -92,19 +92,28 @@ def test_start_a_session_on_the_portal_connect_run_a_cell_on_the_slurm_node_and_
     wait_for(lambda: hub_server(hub, "alice", session.server_name) is None, timeout=60, message="the hub dropped it")
 
 
-def test_the_hubs_spawn_page_says_why_a_strict_budget_refuses_a_session(new_page, sessions_site, live_worker):
+def test_the_hubs_spawn_page_offers_the_persons_choices_with_the_estimate_and_says_why_a_strict_budget_refuses(
+        new_page, sessions_site, live_worker):
     from portal.jobs.models import Job
 
     hub = sessions_site.hub
     page = new_page()
     hub_login(page, hub.url, "alice")
     page.goto(f"{hub.url}/hub/spawn/alice/big")
-    page.get_by_label("Project").fill("vision")
-    page.get_by_label("Software (one that provides JupyterLab)").fill("jupyterlab-4-6")
-    page.get_by_label("Hardware").fill("slurm-a100x8")  # 3 points per node-hour: 24 h is 72 of the 100 left
+    # Her own project, software that provides JupyterLab and the project's hardware, as the portal offers them.
+    page.get_by_label("Project").select_option(label="Vision lab")
+    page.get_by_label("Software (one that provides JupyterLab)").select_option(label="JupyterLab 4.6 (modules)")
+    page.get_by_label("Hardware").select_option(label="A100 node — Slurm (test cluster)")
     page.get_by_label("Walltime").fill("24:00:00")
+    estimate = page.locator("#kh-estimate")
+    # 3 points per node-hour for 24 hours, out of the strict 100 points left: the portal's own dry run says so.
+    expect(estimate).to_have_text(
+        "Estimate: 72.00 points for the whole walltime. Budget left: 100.00 points (strict).", timeout=30_000)
     sessions_site.budget.amount = 50
     sessions_site.budget.save()
+    page.get_by_label("Walltime").fill("24:00")  # the same walltime, asked again: the budget has changed meanwhile
+    expect(estimate).to_contain_text(re.compile(
+        r"This session needs an estimated 72\.00 points but project vision has only 50\.00 points left"), timeout=30_000)
     page.get_by_role("button", name="Start").click()
     expect(page.locator("#progress-message")).to_contain_text(re.compile(
         r"Kakehashi refused the session: This session needs an estimated 72\.00 points but project vision has only "

@@ -71,6 +71,9 @@ OWN = {
     "site-gpu-efficiency",
     # Sessions: the caller's projects' sessions; New previews and asks the hub (the hub's spawner records it).
     "session-list", "session-new", "api-sessions",
+    # What the caller may start a session with, and its price (the hub's spawn page asks both; the estimate also
+    # through the hub's proxy): the caller's own projects only, nothing recorded.
+    "api-session-choices", "api-session-estimate", "hub-session-estimate",
 }
 STAFF = {"site-admin", "site-audit", "site-health-set-up", "site-health-verify"}
 # PROJECT routes: the URL arguments naming vision's object, and whether the route changes anything (POST).
@@ -175,11 +178,13 @@ def world(local_site, make_user):
 def url_of(route: str, world, args: tuple[str, ...], **overrides) -> str:
     values = {"slug": "vision", "job": world.job.pk, "stream": "stdout", "group": world.group.pk,
               "artifact_id": world.artifact.pk, "file": world.file.pk, "token": world.token.pk,
-              "upload_id": world.upload.pk, "dataset": world.dataset.name, "session": world.session_job.pk, **overrides}
+              "upload_id": world.upload.pk, "dataset": world.dataset.name, "session": world.session_job.pk,
+              "service": "kakehashi", **overrides}
     names = iter(args)
 
     def fill(match: re.Match) -> str:
-        return str(values[next(names)])
+        # A PROJECT route's arguments in the order PROJECT lists them; any other by its own name (<str:service>).
+        return str(values[next(names, None) or match.group(0).strip("<>").split(":")[-1]])
 
     return "/" + re.sub(r"<[^>]+>", fill, route)
 
@@ -646,6 +651,7 @@ WRITES: dict[str, Any] = {
     # Starting a session records nothing here: the portal asks the hub, whose spawner records it with its server's
     # own hub token (no hub in this walk, so nobody's start goes anywhere).
     "session-new": READ_ONLY, "api-sessions": READ_ONLY, "session-list": READ_ONLY,
+    "api-session-choices": READ_ONLY, "api-session-estimate": READ_ONLY, "hub-session-estimate": READ_ONLY,
     # OWN routes that only read, or only preview (nothing recorded).
     **dict.fromkeys(["dashboard", "project-list", "job-list", "job-preview", "job-presets", "job-notebook", "site-usage", "site-gpu-efficiency",
                      "cluster-accounts", "cluster-health", "notifications", "api-me", "api-projects", "api-clusters",

@@ -148,6 +148,7 @@ def _session_baseline(world) -> dict:
 
 BASELINES = {
     "/api/v1/sessions/": _session_baseline,
+    "/api/v1/sessions/estimate/": lambda world: {k: v for k, v in _session_baseline(world).items() if k != "dry_run"},
     "/api/v1/jobs/": {"project": "vision", "name": "walk", "hardware": "local-cpu", "walltime": "00:05:00",
                       "script": "echo walk", "dry_run": True},
     "/api/v1/jobs/batch/": {"jobs": [{"project": "vision", "name": "walk-batch", "hardware": "local-cpu",
