@@ -1,7 +1,8 @@
 """A session on a cluster whose compute nodes the hub cannot reach (cluster option session_tunnel), end to end on
 real components: the portal (live_server), the real JupyterHub with KakehashiSpawner and configurable-http-proxy, a
 Celery worker, the tunnel process (`manage.py session_tunnels`) and the test cluster's Slurm and sshd, through which
-the tunnel carries the hub's connections as alice's own cluster account (docs/decisions/0056)."""
+the tunnel carries the hub's connections as alice's own cluster account (docs/decisions/0056); in Chromium, a cell
+runs on the node through the tunnel (its kernel's websockets included)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,16 @@ import requests
 
 from tests.conftest import listening, wait_for
 from tests.hub.conftest import hub_server
+from tests.hub.test_hub_browser import hub_login
 from tests.hub.test_sessions import LAB, api, ready_session
+from tests.hub.test_sessions_browser import run_a_cell_in_lab
 
-pytestmark = [pytest.mark.hub, pytest.mark.cluster, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.hub, pytest.mark.browser, pytest.mark.cluster, pytest.mark.worker,
+              pytest.mark.django_db(transaction=True)]
 
 
 def test_a_session_on_a_cluster_whose_nodes_the_hub_cannot_reach_opens_through_a_tunnel_that_outlives_a_crash_and_closes_when_stopped(
-        sessions_site, live_server, live_worker, session_tunnels):
+        new_page, sessions_site, live_server, live_worker, session_tunnels):
     from portal.clusters.models import Cluster
     from portal.jobs.models import Job, JobState
     from portal.sessions.models import SessionTunnel
@@ -49,6 +53,11 @@ def test_a_session_on_a_cluster_whose_nodes_the_hub_cannot_reach_opens_through_a
     assert lab.status_code == 200 and "JupyterLab" in lab.text
     wait_for(lambda: SessionTunnel.objects.get(pk=session.pk).connections > carried, timeout=10,
              message="the tunnel counting the proxy's connection")
+    # In Chromium: Lab through the hub and the tunnel; a cell runs on the node over the kernel's websocket.
+    page = new_page()
+    hub_login(page, hub.url, "alice")
+    run_a_cell_in_lab(page, hub, session, Job.objects.get(pk=session.job_id))
+    page.close()
 
     # The tunnel process crashes: the hub's route leads nowhere, though the node's server is up. Started again, it
     # listens on the same port, and the same route reaches the same Lab: the session was not lost.

@@ -54,33 +54,7 @@ def test_start_a_session_on_the_portal_connect_run_a_cell_on_the_slurm_node_and_
         connect.click()
     lab = opened.value
     expect(lab).to_have_url(re.compile(rf"/user/alice/{session.server_name}/lab"), timeout=LAB_TIMEOUT)
-    # A notebook of its own in alice's home on the cluster (removed below), opened in a fresh Lab workspace.
-    server = f"{hub.url}/user/alice/{session.server_name}"
-    token = {"Authorization": f"token {hub.token('alice')}"}
-    path = f"kakehashi-session-test-{session.server_name}.ipynb"
-    created = requests.put(f"{server}/api/contents/{path}", headers=token, timeout=30, json={"type": "notebook", "content": {
-        "nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                                                         "language": "python"}},
-        "cells": [{"cell_type": "code", "id": "c1", "metadata": {}, "execution_count": None, "outputs": [],
-                   "source": ""}]}})
-    assert created.status_code in (200, 201), created.text
-    lab.goto(f"{server}/lab/tree/{path}?reset", timeout=LAB_TIMEOUT)
-    expect(lab.locator(".jp-StatusBar-Widget").get_by_text(re.compile(r"Idle"))).to_be_visible(timeout=LAB_TIMEOUT)
-    # Lab's status bar: the time left, the cost so far and the budget left; a 10-minute session is inside the
-    # 15-minute warning from the start.
-    expect(lab.locator(".kk-session-status")).to_contain_text(re.compile(
-        rf"Session {session.server_name}: \d+ min left · [\d.]+ points so far · budget left [\d.]+ points"),
-        timeout=LAB_TIMEOUT)
-    expect(lab.get_by_text(re.compile(r"This session ends in \d+ minute\(s\), at its walltime: save your work now"))
-           .first).to_be_visible(timeout=LAB_TIMEOUT)
-    cell = lab.locator(".jp-NotebookPanel:visible .jp-Cell-inputArea .cm-content").first
-    cell.click(timeout=LAB_TIMEOUT)
-    lab.keyboard.type("import os, socket; print('host', socket.gethostname(), 'slurm job', os.environ['SLURM_JOB_ID'])")
-    lab.keyboard.press("Shift+Enter")
-    output = lab.locator(".jp-NotebookPanel:visible .jp-OutputArea-output").first
-    expect(output).to_contain_text(f"slurm job {job.scheduler_id}", timeout=LAB_TIMEOUT)
-    expect(output).to_contain_text("host ")
-    requests.delete(f"{server}/api/contents/{path}", headers=token, timeout=30)
+    run_a_cell_in_lab(lab, hub, session, job)
 
     page.bring_to_front()
     row.get_by_role("button", name="Stop").click()
@@ -119,3 +93,35 @@ def test_the_hubs_spawn_page_offers_the_persons_choices_with_the_estimate_and_sa
         r"Kakehashi refused the session: This session needs an estimated 72\.00 points but project vision has only "
         r"50\.00 points left"), timeout=60_000)
     assert not Job.objects.filter(kind=Job.Kind.SESSION).exists()
+
+
+def run_a_cell_in_lab(lab, hub, session, job) -> None:
+    """In the session's Lab (page `lab`): a notebook of its own in alice's home on the cluster (removed after), opened
+    in a fresh workspace; the status bar's figures and walltime warning; a cell run on the node (its kernel's
+    messages are websockets through the hub's proxy) prints the node and the Slurm job's id."""
+    server = f"{hub.url}/user/alice/{session.server_name}"
+    token = {"Authorization": f"token {hub.token('alice')}"}
+    path = f"kakehashi-session-test-{session.server_name}.ipynb"
+    created = requests.put(f"{server}/api/contents/{path}", headers=token, timeout=30, json={"type": "notebook", "content": {
+        "nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                                         "language": "python"}},
+        "cells": [{"cell_type": "code", "id": "c1", "metadata": {}, "execution_count": None, "outputs": [],
+                   "source": ""}]}})
+    assert created.status_code in (200, 201), created.text
+    lab.goto(f"{server}/lab/tree/{path}?reset", timeout=LAB_TIMEOUT)
+    expect(lab.locator(".jp-StatusBar-Widget").get_by_text(re.compile(r"Idle"))).to_be_visible(timeout=LAB_TIMEOUT)
+    # Lab's status bar: the time left, the cost so far and the budget left; a 10-minute session is inside the
+    # 15-minute warning from the start.
+    expect(lab.locator(".kk-session-status")).to_contain_text(re.compile(
+        rf"Session {session.server_name}: \d+ min left · [\d.]+ points so far · budget left [\d.]+ points"),
+        timeout=LAB_TIMEOUT)
+    expect(lab.get_by_text(re.compile(r"This session ends in \d+ minute\(s\), at its walltime: save your work now"))
+           .first).to_be_visible(timeout=LAB_TIMEOUT)
+    cell = lab.locator(".jp-NotebookPanel:visible .jp-Cell-inputArea .cm-content").first
+    cell.click(timeout=LAB_TIMEOUT)
+    lab.keyboard.type("import os, socket; print('host', socket.gethostname(), 'slurm job', os.environ['SLURM_JOB_ID'])")
+    lab.keyboard.press("Shift+Enter")
+    output = lab.locator(".jp-NotebookPanel:visible .jp-OutputArea-output").first
+    expect(output).to_contain_text(f"slurm job {job.scheduler_id}", timeout=LAB_TIMEOUT)
+    expect(output).to_contain_text("host ")
+    requests.delete(f"{server}/api/contents/{path}", headers=token, timeout=30)
