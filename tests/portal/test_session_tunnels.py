@@ -10,6 +10,7 @@ import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.urls import reverse
 from django.utils import timezone
 
 from portal.sessions.tunnels import (
@@ -219,6 +220,68 @@ def test_a_second_tunnel_process_refuses_to_start_while_one_runs_and_starts_once
     assert third.proc.returncode == 0 and "session tunnels: stopped" in third.log.read_text()
     again = tunnel_processes("again")  # a clean stop releases the lock too
     assert again.proc.poll() is None
+
+
+def test_the_site_page_says_sessions_on_a_tunnelled_cluster_cannot_be_reached_until_the_tunnel_process_runs(
+        client, admin_user, tunnel_processes):
+    from portal.clusters.models import Cluster, Kind
+    from portal.sessions.models import TunnelHeartbeat
+
+    Cluster.objects.create(slug="tsubame", name="Tsubame", kind=Kind.SLURM, login_host="login.example.org",
+                           host_keys="x", options={"session_tunnel": True})
+    Cluster.objects.create(slug="abci", name="ABCI", kind=Kind.SLURM, login_host="abci.example.org", host_keys="x")
+    client.force_login(admin_user)
+
+    def warnings() -> list[str]:
+        page = client.get(reverse("site-admin")).content.decode()
+        return [line for line in page.splitlines() if "data-tunnel-warning" in line]
+
+    never = warnings()
+    assert len(never) == 1 and 'data-tunnel-warning="tsubame"' in never[0]
+    assert ("Session tunnels: the tunnel process (manage.py session_tunnels) has never run; sessions on Tsubame "
+            "cannot be reached.") in never[0]
+
+    keeper = tunnel_processes("keeper")
+    assert warnings() == []  # its heartbeat is written before it says it listens
+    keeper.kill()
+    seen = TunnelHeartbeat.objects.get().seen_at
+    assert warnings() == []  # killed a moment ago: not yet "not seen" (30 s)
+    TunnelHeartbeat.objects.update(seen_at=seen - timedelta(seconds=31))  # ... 31 s later
+    gone = warnings()
+    assert len(gone) == 1 and ("Session tunnels: the tunnel process (manage.py session_tunnels) has not been seen "
+                               f"since {timezone.localtime(seen - timedelta(seconds=31)):%Y-%m-%d %H:%M:%S}") in gone[0]
+
+
+@pytest.mark.django_db
+def test_the_sessions_page_warns_of_a_tunnelled_cluster_only_while_the_tunnel_process_is_not_seen(client, local_site):
+    from portal.crypto import token_digest
+    from portal.jobs.models import Job, JobState
+    from portal.sessions.actions import default_app
+    from portal.sessions.models import Session, TunnelHeartbeat
+    from portal.sessions.tunnel_keeper import TunnelKeeper
+
+    cluster = local_site.cluster
+    job = Job.objects.create(project=local_site.project, user=local_site.alice, cluster=cluster,
+                             hardware=local_site.hardware, name="lab", kind=Job.Kind.SESSION, state=JobState.RUNNING,
+                             walltime_seconds=600)
+    Session.objects.create(job=job, app=default_app(), hub_user="alice", server_name="lab",
+                           token_digest=token_digest("token-lab"))
+    client.force_login(local_site.alice)
+
+    def warning() -> str:
+        page = client.get(reverse("session-list")).content.decode()
+        return next((line for line in page.splitlines() if "data-tunnel-warning" in line), "")
+
+    assert warning() == ""  # its cluster's nodes are reached directly
+    cluster.options = {**cluster.options, "session_tunnel": True}
+    cluster.save()
+    assert "has never run; sessions on This machine cannot be reached: ask your site's administrators." in warning()
+    TunnelKeeper().step()  # a reconciliation: the heartbeat
+    assert warning() == ""
+    TunnelHeartbeat.objects.update(seen_at=timezone.now() - timedelta(minutes=5))
+    assert "has not been seen since" in warning()
+    Job.objects.filter(pk=job.pk).update(state=JobState.CANCELLED)
+    assert warning() == ""  # an ended session is not to be reached: nothing to warn of
 
 
 def test_a_tunnel_process_whose_lock_connection_is_cut_takes_the_lock_again_and_a_second_one_still_refuses(
