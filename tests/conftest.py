@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -287,6 +288,45 @@ def portal_process_env(**env_overrides: str) -> dict[str, str]:
         "PYTHONUNBUFFERED": "1",
         **env_overrides,
     }
+
+
+class TunnelProcess:
+    """`manage.py session_tunnels` on the test database, as docker-compose and make run start it: started, killed
+    (SIGKILL, a crash) and started again by a test."""
+
+    COMMAND = [sys.executable, "manage.py", "session_tunnels", "--interval", "0.5"]
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        start = self.log.stat().st_size if self.log.exists() else 0
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(self.COMMAND, cwd=ROOT, env=portal_process_env(), stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+
+        def listening() -> bool:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"session_tunnels exited at start:\n{self.log.read_text()[-3000:]}")
+            with open(self.log, "rb") as fh:
+                fh.seek(start)
+                return b"session tunnels: listening" in fh.read()
+
+        wait_for(listening, timeout=60, interval=0.1, message="the tunnel process started")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
 
 
 def start_worker(name: str, queue: str, log_path: Path, **env_overrides: str) -> subprocess.Popen:

@@ -14,6 +14,7 @@ from portal.clusters.forms import OperationsAccountForm
 from portal.jobs.queries import visible_jobs
 from portal.overview import queries
 from portal.projects import access
+from portal.sessions.tunnels import tunnel_warnings
 
 DASHBOARD_PROJECTS = 12
 PROJECTS_PAGE = 25
@@ -61,9 +62,12 @@ def site_admin(request):
     hardware = list(HardwareType.objects.select_related("cluster"))
     for hw in hardware:
         hw.health_route = routes.get(hw.cluster_id)
+    clusters = queries.clusters_with_active_jobs()
+    warnings = tunnel_warnings(c for c, _ in clusters if c.enabled)
     return render(request, "catalog/site_admin.html", {
         "health_routes": sorted(routes.values(), key=lambda route: route.cluster.name),
-        "clusters": queries.clusters_with_active_jobs(),
+        "clusters": clusters,
+        "tunnel_warnings": [(c, warnings[c.pk]) for c, _ in clusters if c.pk in warnings],
         "hardware": hardware,
         "software": Software.objects.prefetch_related("clusters"),
         "presets": Preset.objects.all(),

@@ -95,3 +95,19 @@ class SessionTunnel(models.Model):
 
     def __str__(self) -> str:
         return f"tunnel :{self.port} of session {self.session_id}"
+
+
+class TunnelHeartbeat(models.Model):
+    """The tunnel process as last seen (one row a site): which one holds the site's tunnels and when it last
+    reconciled. Written by the process every reconciliation; read by the pages that say whether sessions on clusters
+    with `session_tunnel` can be reached (portal/sessions/tunnels.py `tunnel_warning`), and by a second process that
+    refuses to start, to say which one runs (docs/decisions/0056)."""
+
+    host = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    started_at = models.DateTimeField()
+    interval = models.FloatField(help_text="seconds between two of its reconciliations")
+    seen_at = models.DateTimeField(help_text="when its last reconciliation began")
+
+    def __str__(self) -> str:
+        return f"session_tunnels pid {self.pid} on {self.host}, seen {self.seen_at:%Y-%m-%d %H:%M:%S}"

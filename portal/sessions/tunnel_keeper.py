@@ -13,6 +13,8 @@ What survives what:
 from __future__ import annotations
 
 import logging
+import os
+import socket
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -23,10 +25,11 @@ from backends.forward import Forward
 from portal.clusters.connect import NoClusterAccount, account_for, backend_for
 from portal.clusters.models import Cluster
 from portal.jobs.models import FINAL_STATES
-from portal.sessions.models import Session, SessionTunnel
+from portal.sessions.models import Session, SessionTunnel, TunnelHeartbeat
 from portal.sessions.tunnels import OPTION, Target, candidate_ports, check_option, plan, port_range, wants_tunnel
 
 log = logging.getLogger("kakehashi.tunnels")
+HEARTBEAT = 1  # the one TunnelHeartbeat row's key
 
 
 def wanted_targets() -> dict[int, Target]:
@@ -49,14 +52,18 @@ class Held:
 
 
 class TunnelKeeper:
-    def __init__(self, bind_host: str | None = None, ports: range | None = None) -> None:
+    def __init__(self, bind_host: str | None = None, ports: range | None = None, interval: float = 1.0) -> None:
         self.bind_host = bind_host or settings.KAKEHASHI_SESSION_TUNNEL_BIND
         self.ports = ports or port_range(settings.KAKEHASHI_SESSION_TUNNEL_PORTS)
+        self.interval = interval
+        self.started_at = timezone.now()
         self.held: dict[int, Held] = {}
         self._said: dict[int | str, str] = {}  # the last problem logged per session (or cluster): each is said once
 
     def step(self) -> None:
-        """One reconciliation: close what is no longer wanted, open what is wanted and not held, record counts."""
+        """One reconciliation: say it runs, close what is no longer wanted, open what is wanted and not held,
+        record counts."""
+        self.beat()
         self._check_options()
         wanted = wanted_targets()
         recorded = {t.session_id: t for t in SessionTunnel.objects.filter(closed_at__isnull=True)}
@@ -81,6 +88,14 @@ class TunnelKeeper:
                 if forward.last_error and self._said.get(session_id) != forward.last_error:
                     self._said[session_id] = forward.last_error
                     log.warning("session %s: a connection could not be carried: %s", session_id, forward.last_error)
+
+    def beat(self) -> None:
+        """The heartbeat the site's pages read (TunnelHeartbeat, one row): this process, seen now. First in each
+        reconciliation, so a second process refusing to start names this one from its first second."""
+        seen = {"host": socket.gethostname(), "pid": os.getpid(), "started_at": self.started_at,
+                "interval": self.interval, "seen_at": timezone.now()}
+        if not TunnelHeartbeat.objects.filter(pk=HEARTBEAT).update(**seen):  # one query a second, not three
+            TunnelHeartbeat.objects.create(pk=HEARTBEAT, **seen)
 
     def _check_options(self) -> None:
         """A cluster whose option is not a boolean ("yes", 1) has no tunnels: say so once, for its admin."""

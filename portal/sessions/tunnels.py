@@ -6,19 +6,27 @@ tunnel process (`manage.py session_tunnels`, portal/sessions/tunnel_keeper.py) h
 cluster whose server has reported its address and whose job has not ended, a port on its own host carried through
 the login node, as the session's cluster account, to exactly that address; and the hub's proxy is given that port
 as the session's server_url. Which tunnels to open and close is `plan`; which port a new one takes is
-`candidate_ports`; what the hub is given is `server_url`.
+`candidate_ports`; what the hub is given is `server_url`; whether the site's pages must say the tunnel process is
+not running is `tunnel_warning` (`tunnel_warnings` per cluster); what a second process says when it refuses to start
+is `refusal`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.utils import timezone
 
-from portal.sessions.models import SessionTunnel
+from portal.sessions.models import SessionTunnel, TunnelHeartbeat
 
 OPTION = "session_tunnel"
+# The tunnel process is "not seen" once its last reconciliation began longer ago than this, or than three of its
+# intervals if it reconciles more rarely: a process reconciling every second misses 30 before its sessions are said
+# to be unreachable (a slow reconciliation, a database hiccup, are not an outage).
+STALE_AFTER = timedelta(seconds=30)
 
 
 def wants_tunnel(options: Mapping | None) -> bool:
@@ -99,3 +107,43 @@ def server_url(session) -> str:
         return ""
     tunnel = SessionTunnel.objects.filter(session_id=session.pk, closed_at__isnull=True).first()
     return url_of(settings.KAKEHASHI_SESSION_TUNNEL_HOST, tunnel.port) if tunnel else ""
+
+
+def _when(moment: datetime) -> str:
+    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def keeper_running(seen_at: datetime | None, now: datetime, interval: float = 1.0) -> bool:
+    """Whether the tunnel process was seen recently enough to count as running (STALE_AFTER)."""
+    return seen_at is not None and now - seen_at <= max(STALE_AFTER, timedelta(seconds=3 * interval))
+
+
+def tunnel_warning(cluster_name: str, seen_at: datetime | None, now: datetime, interval: float = 1.0) -> str:
+    """What a page says about a cluster with the option when the tunnel process does not run ("" when it does):
+    its sessions have no tunnel, so the hub cannot reach them."""
+    if keeper_running(seen_at, now, interval):
+        return ""
+    since = "has never run" if seen_at is None else f"has not been seen since {_when(seen_at)}"
+    return (f"Session tunnels: the tunnel process (manage.py session_tunnels) {since}; sessions on {cluster_name} "
+            "cannot be reached")
+
+
+def tunnel_warnings(clusters: Iterable, now: datetime | None = None) -> dict[int, str]:
+    """Per cluster id, for those of `clusters` (Cluster rows) with the option: the warning, where there is one."""
+    tunnelled = [c for c in clusters if wants_tunnel(c.options)]
+    if not tunnelled:
+        return {}
+    beat = TunnelHeartbeat.objects.first()  # one row a site (the tunnel process's)
+    now = now or timezone.now()
+    seen_at, interval = (beat.seen_at, beat.interval) if beat else (None, 1.0)
+    warnings = {c.pk: tunnel_warning(c.name, seen_at, now, interval) for c in tunnelled}
+    return {pk: text for pk, text in warnings.items() if text}
+
+
+def refusal(holder: TunnelHeartbeat | None, lost: bool = False) -> str:
+    """What a second tunnel process says as it refuses to start (another holds the site's lock), or (`lost`) what
+    one says as it stops, another having taken the lock while its own connection to the database was lost."""
+    who = f" (pid {holder.pid} on {holder.host} since {_when(holder.started_at)})" if holder else ""
+    if lost:
+        return f"another session_tunnels process took the site's tunnels{who} while this one's lock was lost: stopping"
+    return f"another session_tunnels process holds the site's tunnels{who}: stop it first"

@@ -19,6 +19,7 @@ from portal.jobs.models import FINAL_STATES
 from portal.sessions import actions, hub
 from portal.sessions.forms import SessionForm
 from portal.sessions.queries import figures, visible_sessions
+from portal.sessions.tunnels import tunnel_warnings
 
 
 @login_required
@@ -33,9 +34,13 @@ def session_list(request):
     starting = request.GET.get("starting", "")
     starting = starting if actions.SERVER_NAME.fullmatch(starting) and not any(
         s.server_name == starting for s in sessions) else ""
+    # A cluster reached through tunnels while the tunnel process does not run: its sessions cannot be connected to.
+    clusters = {s.job.cluster_id: s.job.cluster for s in sessions if s.active}
+    warnings = tunnel_warnings(clusters.values())
     template = "sessions/_live.html" if request.GET.get("part") == "table" else "sessions/list.html"
     return render(request, template, {"sessions": sessions, "nav": "sessions", "starting": starting,
-                                      "any_active": bool(starting) or any(s.active for s in sessions)})
+                                      "any_active": bool(starting) or any(s.active for s in sessions),
+                                      "tunnel_warnings": [(clusters[pk], text) for pk, text in warnings.items()]})
 
 
 @login_required

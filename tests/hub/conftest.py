@@ -24,7 +24,7 @@ import pytest
 import requests
 
 from tests.browser.conftest import new_page, page, shots  # noqa: F401 - the browser tests' fixtures, here too
-from tests.conftest import ROOT, live_worker_knows, portal_process_env, wait_for
+from tests.conftest import ROOT, TunnelProcess, live_worker_knows, wait_for
 from tests.seaweedfs import free_port
 
 HUB_DIR = ROOT / "jupyterhub"
@@ -241,44 +241,6 @@ def sessions_site(hpc_site, session_hub, live_server, settings):
                         headers={"Authorization": f"token {session_hub.service_token}"})
         if session.job.scheduler_id.isdigit() and session.job.cluster.kind == "slurm":
             subprocess.run(["scancel", session.job.scheduler_id], check=False, capture_output=True)
-
-
-class TunnelProcess:
-    """`manage.py session_tunnels` on the test database, as docker-compose and make run start it: started, killed
-    (SIGKILL, a crash) and started again by a test."""
-
-    def __init__(self, log: Path) -> None:
-        self.log = log
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        start = self.log.stat().st_size if self.log.exists() else 0
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "manage.py", "session_tunnels", "--interval", "0.5"], cwd=ROOT,
-                                         env=portal_process_env(), stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
-
-        def listening() -> bool:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"session_tunnels exited at start:\n{self.log.read_text()[-3000:]}")
-            with open(self.log, "rb") as fh:
-                fh.seek(start)
-                return b"session tunnels: listening" in fh.read()
-
-        wait_for(listening, timeout=60, interval=0.1, message="the tunnel process started")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.kill()
 
 
 @pytest.fixture
