@@ -185,6 +185,10 @@ def render_body(spec: JobSpec, dialect: Dialect) -> str:
             if spec.array
             else 'export MASTER_PORT=$(( 29500 + 10#${_kh_id_digits:-0} % 1000 ))'
         ),
+        # Ids that agree in their last three digits (or another program) may hold that port on a shared first node:
+        # the next port nobody listens on there, where rank 0 will (seen failing as EADDRINUSE on the test cluster).
+        'for _kh_try in 1 2 3 4 5 6 7 8 9 10; do (exec 3<>"/dev/tcp/$MASTER_ADDR/$MASTER_PORT") 2>/dev/null || break; '
+        "MASTER_PORT=$(( MASTER_PORT + 1 )); done",
         'echo "== Kakehashi job $KAKEHASHI_JOB_NAME (scheduler id ${KAKEHASHI_SCHEDULER_JOB_ID:-none}) =="',
         'echo "date:    $(date -Is)"',
         'echo "hosts:   $(tr \'\\n\' \' \' < hosts.txt)"',

@@ -169,8 +169,12 @@ def test_a_point_cancelled_before_the_array_is_submitted_is_deleted_from_it(hpc_
     try:
         assert "deleted its element" in dropped.events.last().reason
         element_id = element.format(array_id, 2)
-        status = backend.statuses([element_id]).get(element_id)
-        assert status is None or status.state.is_final or status.reason  # gone, or on its way out
+
+        def gone_or_going():  # an element already started when it was deleted takes its scheduler a moment to end
+            status = backend.statuses([element_id]).get(element_id)
+            return status is None or status.state.is_final or status.reason
+
+        wait_for(gone_or_going, timeout=30, message=f"element {element_id} gone, or on its way out")
         states = {job.array_index: job.state for job in group.jobs.all()}
         assert states == {1: JobState.PENDING, 2: JobState.CANCELLED, 3: JobState.PENDING}
     finally:
