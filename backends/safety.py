@@ -7,7 +7,9 @@ scheduler parses: it travels as its own file, so a `#SBATCH` line inside it is i
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 
 from backends.spec import InvalidJobSpec, JobSpec
@@ -194,6 +196,14 @@ def directive_lines(script: str, prefix: str) -> list[str]:
     return [line.strip() for line in script.splitlines() if line.lstrip().startswith(prefix)]
 
 
+# Digests of scripts bash parsed (the oldest forgotten first): bash -n answers the same for the same text, and starting bash
+# costs the web process ~1 ms of CPU (fork, pipes), the largest single check of a submit (issue 28, goal 4). A script
+# that submits many jobs mostly sends one script with different env or parameters. Only a clean parse is kept: a
+# refusal is asked again (its message is bash's), and so is a check that could not run.
+_PARSED: OrderedDict[bytes, None] = OrderedDict()
+_PARSED_KEPT = 1024
+
+
 def bash_syntax_error(script: str) -> str | None:
     """bash's own complaint about a script that cannot even be parsed (`bash -n`), or None.
 
@@ -201,11 +211,18 @@ def bash_syntax_error(script: str) -> str | None:
     """
     import subprocess
 
+    text = script.encode()
+    digest = hashlib.sha256(text).digest()
+    if digest in _PARSED:
+        return None
     try:
-        result = subprocess.run(["bash", "-n"], input=script.encode(), capture_output=True, timeout=10)
+        result = subprocess.run(["bash", "-n"], input=text, capture_output=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None  # cannot check here: the cluster's bash will say
     if result.returncode == 0:
+        _PARSED[digest] = None
+        while len(_PARSED) > _PARSED_KEPT:
+            _PARSED.popitem(last=False)
         return None
     message = result.stderr.decode("utf-8", "replace").strip().replace("bash: ", "")
     return message[:500] or "bash cannot parse it"
