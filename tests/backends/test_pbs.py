@@ -249,6 +249,21 @@ def test_a_job_id_with_a_server_suffix_still_gives_a_port(job_id, port):
     assert (result.stdout, result.stderr) == (port, "")
 
 
+def test_a_port_another_program_listens_on_where_rank_0_will_is_skipped_for_the_next_free_one():
+    import socket
+
+    script = PBSBackend(None).render(spec())
+    lines = [line for line in script.splitlines()
+             if line.startswith(("_kh_id_digits=", "export MASTER_PORT=", "for _kh_try in"))]
+    with socket.socket() as taken:  # job 36's port, held as a job whose id also ends in 036 would
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        taken.bind(("127.0.0.1", 29536))
+        taken.listen()
+        result = subprocess.run(["bash", "-c", "\n".join(["MASTER_ADDR=127.0.0.1", *lines, 'printf %s "$MASTER_PORT"'])],
+                                capture_output=True, env={"PATH": os.environ["PATH"], "PBS_JOBID": "36"}, text=True)
+    assert (result.stdout, result.stderr) == ("29537", "")
+
+
 # ------------------------------------------------------------------------------------------------ submitting
 
 
