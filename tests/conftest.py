@@ -78,6 +78,31 @@ def pytest_collection_modifyitems(config, items):
     items[:] = [item for _, _, item in sorted(spread, key=lambda entry: entry[:2])]
 
 
+class _GroupsIntoIds:
+    """xdist's loadgroup finds a test's group in its id (`path::test@group`), which its worker hook writes into
+    `item._nodeid`. pytest 9 keeps a test's id elsewhere (`item._id`, a NodeId), so that write changes nothing and
+    every group was ignored: a module's `make run` stack was built again on each worker that took one of its tests,
+    and each worker started a hub of its own. This writes the group where pytest 9 reads the id; it runs after every
+    other collection hook (xdist's included), once the groups are all set."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        from _pytest.nodeid import NodeId
+        if not config.getvalue("loadgroup"):
+            return
+
+        for item in items:
+            names = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                            for mark in item.iter_markers("xdist_group")})
+            if names and "@" not in item.nodeid.rpartition("]")[2]:
+                item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")
+
+
+def pytest_configure(config):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        config.pluginmanager.register(_GroupsIntoIds(), "kakehashi-xdist-groups")
+
+
 def _template_database() -> str:
     """The name of this run's migrated template database, migrated by the first xdist worker that asks (under a file
     lock) while the others wait: each worker's test database is then a copy of it (CREATE DATABASE … TEMPLATE, about
@@ -581,3 +606,4 @@ def browser():
     from tests.browser.conftest import launch_browser
 
     yield from launch_browser()
+

@@ -49,5 +49,6 @@ _default("KAKEHASHI_S3_SECRET_ACCESS_KEY", f"secret-of-run-{_run}")
 from portal.settings import *  # noqa: E402,F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast logins in tests
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.testdb"]  # noqa: F405  (the suite's cheap `flush`, tests/testdb)
 # One test database per run: two runs on one machine (a developer and CI) never drop each other's.
 DATABASES["default"]["TEST"] = {"NAME": f"test_kakehashi_{_run}"}  # noqa: F405
