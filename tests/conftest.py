@@ -29,7 +29,7 @@ PORTS = {"slurm": 2222, "pbs": 2223, "sge-site": 2224, "sge": 2225, "slurm-slow"
 # - the tests of one module that use a module-scoped fixture (a `make run` stack, jobs submitted for the module);
 # - the tests that use one of SHARED_SESSION_FIXTURES (one JupyterHub per run, not one per worker).
 # `--dist loadgroup` sends each group whole to one worker; any other test goes wherever a worker is free.
-SHARED_SESSION_FIXTURES = {"hub": "hub"}
+SHARED_SESSION_FIXTURES = {"hub": "hub", "session_hub": "session-hub"}
 
 
 def _xdist_group(item: pytest.Item) -> str | None:
