@@ -14,7 +14,7 @@ from portal.budgets.models import Budget
 from portal.budgets.queries import budget_of
 from portal.catalog import job_templates
 from portal.catalog.models import HardwareType, Preset, Software
-from portal.clusters.connect import NoClusterAccount, account_for, backend_settings, reach_of
+from portal.clusters.connect import NoClusterAccount, accounts_for, backend_settings, reach_of
 from portal.clusters.models import Allocation, ClusterHealth
 from portal.projects import access
 from portal.projects.models import Project
@@ -134,15 +134,8 @@ class PresetChoice:
 def missing_accounts(user, project, clusters) -> dict[int, str]:
     """Per cluster id: why `user` cannot run `project`'s jobs there yet (no linked account, no service account),
     or "" — what the presets and the comparison put last and say (issue 25)."""
-    missing = {}
-    for cluster in {c.pk: c for c in clusters}.values():
-        try:
-            account_for(cluster, user, project)
-        except NoClusterAccount as exc:
-            missing[cluster.pk] = str(exc)
-        else:
-            missing[cluster.pk] = ""
-    return missing
+    return {pk: str(found) if isinstance(found, NoClusterAccount) else ""
+            for pk, found in accounts_for(clusters, user, project).items()}
 
 
 def price_per_node_hour(hardware: HardwareType, budget: Budget | None) -> budgets.Money | None:

@@ -7,9 +7,10 @@ local host, and a new kind of backend needs no change here (docs/decisions/0008)
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from django.conf import settings
+from django.db.models import Q
 
 from backends import REGISTRY, backend_class
 from backends.base import Access, Backend, Reach
@@ -33,11 +34,41 @@ _ACCOUNT_OF_USER = CompiledRead(lambda cluster, user: ClusterAccount.objects.fil
 def account_for(cluster: Cluster, user, project) -> ClusterAccount | None:
     """The identity a job of `user` in `project` runs as on `cluster`: a ClusterAccount where the backend logs
     in as someone, None where it runs as the portal itself or with the cluster's own credentials."""
+    return _choose_account(
+        cluster, user, project,
+        of_project=lambda: ClusterAccount.objects.filter(cluster=cluster, project=project).first(),
+        of_user=lambda: _ACCOUNT_OF_USER.first(cluster=cluster.pk, user=user.pk))
+
+
+def accounts_for(clusters: Iterable[Cluster], user, project) -> dict[int, ClusterAccount | None | NoClusterAccount]:
+    """account_for on many clusters in one query (the comparison before Run asks it of every cluster a project may
+    use): per cluster id, the account, None, or the NoClusterAccount that says what is missing."""
+    clusters = {cluster.pk: cluster for cluster in clusters}
+    wanted = [pk for pk, cluster in clusters.items() if reach_of(cluster).uses_cluster_account]
+    whose = Q(user_id=user.pk) | (Q(project_id=project.pk) if project is not None else Q(pk__in=[]))
+    rows = list(ClusterAccount.objects.filter(whose, cluster_id__in=wanted)) if wanted else []
+    # At most one of each per cluster (the model's unique constraints), so a dict loses nothing.
+    of_user = {row.cluster_id: row for row in rows if row.user_id is not None and row.user_id == user.pk}
+    of_project = {row.cluster_id: row for row in rows if project is not None and row.project_id == project.pk}
+    found: dict[int, ClusterAccount | None | NoClusterAccount] = {}
+    for pk, cluster in clusters.items():
+        try:
+            found[pk] = _choose_account(cluster, user, project, of_project=lambda pk=pk: of_project.get(pk),
+                                        of_user=lambda pk=pk: of_user.get(pk))
+        except NoClusterAccount as exc:
+            found[pk] = exc
+    return found
+
+
+def _choose_account(cluster: Cluster, user, project, *, of_project: Callable[[], ClusterAccount | None],
+                    of_user: Callable[[], ClusterAccount | None]) -> ClusterAccount | None:
+    """The rule account_for and accounts_for share; `of_project`/`of_user` find the project's service account and
+    the user's own on `cluster`, by a query or in rows already read."""
     if not reach_of(cluster).uses_cluster_account:
         return None
     if project is not None and project.operations and getattr(user, "is_staff", False):
         # The site's own checks run as its service account: a site admin has no research account there.
-        account = ClusterAccount.objects.filter(cluster=cluster, project=project).first()
+        account = of_project()
         if account is None:
             raise NoClusterAccount(
                 f"the site's operations project {project.slug} has no service account on {cluster.name}: set it up "
@@ -45,13 +76,13 @@ def account_for(cluster: Cluster, user, project) -> ClusterAccount | None:
             )
         return account
     if cluster.identity_mode == IdentityMode.PROJECT:
-        account = ClusterAccount.objects.filter(cluster=cluster, project=project).first()
+        account = of_project()
         if account is None:
             raise NoClusterAccount(
                 f"project {project.slug} has no service account on {cluster.name}; a site admin must add one"
             )
         return account
-    account = _ACCOUNT_OF_USER.first(cluster=cluster.pk, user=user.pk)
+    account = of_user()
     if account is None:
         raise NoClusterAccount(
             f"you have no account linked on {cluster.name}: open Settings → Cluster accounts, create a key "
