@@ -139,17 +139,21 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
 
 
 def pytest_unconfigure(config):
-    """The controller of an xdist run drops the template its workers copied their databases from."""
+    """The controller of an xdist run drops the template its workers copied their databases from, and any worker's
+    database the worker could not drop itself (pytest-django gives up when a process the tests started still holds a
+    connection to it: one database left behind a run)."""
     if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
         return
     import psycopg
 
     db = settings.DATABASES["default"]
-    template = f"test_kakehashi_{os.environ['KAKEHASHI_TEST_RUN']}_template"
     try:
         with psycopg.connect(host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, user=db["USER"] or "postgres",
                              password=db["PASSWORD"] or None, dbname="postgres", autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)')
+            prefix = f"test_kakehashi_{os.environ['KAKEHASHI_TEST_RUN']}"
+            left = conn.execute("SELECT datname FROM pg_database WHERE starts_with(datname, %s)", [prefix]).fetchall()
+            for (name,) in left:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     except psycopg.Error:
         pass
     Path(f"/tmp/kakehashi-test-{os.environ['KAKEHASHI_TEST_RUN']}-template.lock").unlink(missing_ok=True)
