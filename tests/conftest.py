@@ -88,9 +88,9 @@ class _GroupsIntoIds:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config, items):
         from _pytest.nodeid import NodeId
+
         if not config.getvalue("loadgroup"):
             return
-
         for item in items:
             names = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
                             for mark in item.iter_markers("xdist_group")})
@@ -580,8 +580,9 @@ def hpc_site(local_site, cluster_keys, test_cluster, make_user):
 
 @pytest.fixture(autouse=True, scope="session")
 def _flush_retries_when_the_live_worker_holds_a_lock():
-    """Transactional tests end with TRUNCATE of every table while the live worker may still be locking rows of
-    the test that just ended; PostgreSQL then breaks the deadlock by failing one side. Retry the flush."""
+    """Transactional tests end by emptying the tables they wrote (tests/testdb) while the live worker may still be
+    locking rows of the test that just ended; PostgreSQL then breaks the deadlock by failing one side. Retry the
+    flush."""
     from django.db import OperationalError
     from django.test import TransactionTestCase
 
@@ -610,4 +611,3 @@ def browser():
     from tests.browser.conftest import launch_browser
 
     yield from launch_browser()
-

@@ -8,8 +8,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from portal.catalog.models import HardwareType, Software
-from portal.clusters.connect import NoClusterAccount, account_for
-from portal.clusters.models import Cluster, ClusterAccount
+from portal.clusters.connect import NoClusterAccount, account_for, accounts_for
+from portal.clusters.models import Cluster, ClusterAccount, IdentityMode
 from portal.jobs.actions.submit import prepare_job, submit_job
 from portal.jobs.actions.validation import JobRequest, SubmitError
 from portal.projects.models import Membership, Project, Role
@@ -73,6 +73,39 @@ def test_only_site_staff_run_as_the_operations_projects_service_account(local_si
     # Run again, the key is kept.
     call_command("service_account", "login", "ops")
     assert ClusterAccount.objects.get(pk=service.pk).public_key == service.public_key
+
+
+def test_the_comparisons_one_query_finds_each_clusters_account_as_a_submit_would(local_site, make_user):
+    """accounts_for (one query, for the comparison before Run) answers what account_for answers cluster by cluster:
+    the researcher's own account, a project's service account, the operations account for staff only, or the same
+    words for what is missing."""
+    own = Cluster.objects.create(slug="own", name="Own accounts", kind="slurm", login_host="127.0.0.1")
+    shared = Cluster.objects.create(slug="shared", name="Shared", kind="slurm", login_host="127.0.0.1",
+                                    identity_mode=IdentityMode.PROJECT)
+    unshared = Cluster.objects.create(slug="unshared", name="Unshared", kind="slurm", login_host="127.0.0.1",
+                                      identity_mode=IdentityMode.PROJECT)
+    call_command("service_account", "own", "ops")
+    ops = Project.objects.get(slug="site-ops")
+    ClusterAccount.objects.create(cluster=own, user=local_site.alice, username="alice", public_key="k")
+    ClusterAccount.objects.create(cluster=shared, project=local_site.project, username="vision", public_key="k")
+    root, carol = make_user("root", staff=True), make_user("carol")
+    clusters = [own, shared, unshared, local_site.hardware.cluster]
+
+    def one_by_one(user, project):
+        found = {}
+        for cluster in clusters:
+            try:
+                found[cluster.pk] = account_for(cluster, user, project)
+            except NoClusterAccount as exc:
+                found[cluster.pk] = str(exc)
+        return found
+
+    for user in (local_site.alice, root, carol):
+        for project in (local_site.project, ops):
+            at_once = {pk: str(found) if isinstance(found, NoClusterAccount) else found
+                       for pk, found in accounts_for(clusters, user, project).items()}
+            assert at_once == one_by_one(user, project), (user.username, project.slug)
+    assert accounts_for(clusters, root, ops)[own.pk].project == ops  # staff run the site's checks as its account
 
 
 def test_the_service_account_command_refuses_a_research_project(local_site):

@@ -1,0 +1,71 @@
+"""The suite's own machinery (tests/conftest.py, tests/testdb): what keeps it fast must not quietly stop working."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from django.core.management import call_command
+
+from tests.conftest import ROOT
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_suites_flush_empties_every_table_a_test_wrote_and_keeps_the_content_types_and_permissions():
+    from django.contrib.auth.models import Permission
+    from django.contrib.contenttypes.models import ContentType
+
+    from portal.projects.models import Membership, Project, Role
+
+    kinds, permissions = ContentType.objects.count(), set(Permission.objects.values_list("pk", flat=True))
+    user = _user("flushed")
+    project = Project.objects.create(slug="flushed", name="Flushed")
+    Membership.objects.create(user=user, project=project, role=Role.OWNER)  # rows that refer to other rows
+
+    call_command("flush", verbosity=0, interactive=False, reset_sequences=False, allow_cascade=False,
+                 inhibit_post_migrate=False)  # as TransactionTestCase calls it
+
+    assert not Membership.objects.exists() and not Project.objects.exists()
+    assert not type(user).objects.exists()
+    assert ContentType.objects.count() == kinds
+    assert set(Permission.objects.values_list("pk", flat=True)) == permissions
+
+
+def _user(name: str):
+    from django.contrib.auth import get_user_model
+
+    return get_user_model().objects.create_user(name, password="x")
+
+
+def test_tests_that_share_a_module_fixture_run_on_one_xdist_worker(tmp_path):
+    probe = ROOT / "tests" / f"test_zz_probe_{os.getpid()}.py"
+    probe.write_text(textwrap.dedent('''
+        import os
+        import pytest
+
+        @pytest.fixture(scope="module")
+        def stack():
+            return "built once"
+
+        @pytest.mark.parametrize("i", range(4))
+        def test_shares_the_stack(stack, i):
+            print("WORKER", os.environ["PYTEST_XDIST_WORKER"], "shares")
+
+        @pytest.mark.parametrize("i", range(4))
+        def test_alone(i):
+            pass
+    '''))
+    # A run of its own: with this run's variables it would take this run's database for its own, and drop it.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "KAKEHASHI_", "CELERY_", "CACHE_"))}
+    try:
+        done = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider",
+                               "-rP", "-q", str(probe.relative_to(ROOT))], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=240)
+    finally:
+        probe.unlink()
+    assert done.returncode == 0, done.stdout[-3000:]
+    workers = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("WORKER")]
+    assert len(workers) == 4 and len(set(workers)) == 1, done.stdout[-3000:]
