@@ -78,8 +78,7 @@ lab-extension: dev-venv
 ## cluster-up: start the loopback test cluster (real Slurm, PBS/Torque wrappers, Grid Engine behind sshd) and
 ## register it in the `make run` portal: slurm-test, pbs-test, sge-tsubame-test, … for users alice and bob
 cluster-up: venv cluster-harness
-	$(BIN)/python manage.py migrate --noinput -v0
-	$(BIN)/python manage.py setup_demo
+	$(BIN)/python manage.py setup_demo --migrate
 	$(BIN)/python manage.py register_test_clusters
 
 cluster-harness:

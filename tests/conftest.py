@@ -78,18 +78,26 @@ def pytest_collection_modifyitems(config, items):
     items[:] = [item for _, _, item in sorted(spread, key=lambda entry: entry[:2])]
 
 
-class _GroupsIntoIds:
-    """xdist's loadgroup finds a test's group in its id (`path::test@group`), which its worker hook writes into
-    `item._nodeid`. pytest 9 keeps a test's id elsewhere (`item._id`, a NodeId), so that write changes nothing and
-    every group was ignored: a module's `make run` stack was built again on each worker that took one of its tests,
-    and each worker started a hub of its own. This writes the group where pytest 9 reads the id; it runs after every
-    other collection hook (xdist's included), once the groups are all set."""
+class _IdsForPytest9:
+    """Two plugins write a test's id into `item._nodeid`, where pytest 9 no longer reads it (it keeps the id in
+    `item._id`, a NodeId); this writes it where pytest 9 reads it, after every other collection hook:
+
+    - schemathesis names each API operation's test `test…[GET /api/v1/jobs/]`, but under pytest 9 all 50 of them had
+      the id of their function. In one process they all ran under one name; under xdist, which schedules by id,
+      49 of the 50 never ran at all, and nothing said so. Each gets the id its name says.
+    - xdist's loadgroup finds a test's group in its id (`path::test@group`), which its worker hook writes into
+      `item._nodeid`, so every group was ignored: a module's `make run` stack was built again on each worker that
+      took one of its tests, and each worker started a hub of its own."""
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config, items):
         from _pytest.nodeid import NodeId
 
-        if not config.getvalue("loadgroup"):
+        for item in items:
+            named = f"{item.parent.nodeid}::{item.name}"
+            if isinstance(item, pytest.Function) and item.nodeid != named and "@" not in item.nodeid:
+                item._id = NodeId.parse(named)
+        if not getattr(config.option, "loadgroup", False):  # set by xdist for --dist loadgroup
             return
         for item in items:
             names = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
@@ -99,8 +107,7 @@ class _GroupsIntoIds:
 
 
 def pytest_configure(config):
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        config.pluginmanager.register(_GroupsIntoIds(), "kakehashi-xdist-groups")
+    config.pluginmanager.register(_IdsForPytest9(), "kakehashi-ids")
 
 
 def _template_database() -> str:
@@ -213,6 +220,15 @@ def object_store(tmp_path_factory):
     server.create_bucket(settings.KAKEHASHI_S3_BUCKET)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def make_run_database(tmp_path_factory) -> Path:
+    """`make run`'s SQLite, migrated once per run and shared by the xdist workers (tests/makerun.py)."""
+    from tests.makerun import migrated_database
+
+    root = tmp_path_factory.getbasetemp()
+    return migrated_database(root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root)
 
 
 @pytest.fixture

@@ -4,8 +4,10 @@ backend, the demo data."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -86,16 +88,35 @@ def _port_free(port: int) -> bool:
     return True
 
 
-class Stack:
-    """One `make run`: the launcher in its own process group, its output in a file."""
+def migrated_database(root: Path) -> Path:
+    """A SQLite database migrated as `make run` migrates a new one, made once under `root` (a file lock lets one
+    process make it while others wait). A stack whose test is not about a first start begins with a copy: its launcher
+    then finds nothing to migrate (3-4 s where a new database takes 10-11 s on a busy 2-core machine)."""
+    made = root / "make-run-migrated.sqlite3"
+    with open(root / "make-run-migrated.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not made.exists():
+            var = root / "make-run-migrating"
+            var.mkdir(exist_ok=True)
+            subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, check=True,
+                           env=_embedded_env(var, free_port()), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            (var / "kakehashi.sqlite3").rename(made)  # there only once migrated
+    return made
 
-    def __init__(self, var: Path, **env: str) -> None:
+
+class Stack:
+    """One `make run`: the launcher in its own process group, its output in a file. With `database` (a migrated one,
+    see migrated_database), the stack starts from a copy of it instead of a new database."""
+
+    def __init__(self, var: Path, database: Path | None = None, **env: str) -> None:
         self.var = var
         self.port = free_port()
         self.env = _embedded_env(var, self.port, **env)
         self.log_path = var / "make-run.log"
         self.base = f"http://127.0.0.1:{self.port}"
         var.mkdir(parents=True, exist_ok=True)
+        if database is not None:
+            shutil.copyfile(database, var / "kakehashi.sqlite3")
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen([sys.executable, "-m", "portal.dev.devserver"], cwd=ROOT, env=self.env,
                                      stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections import Counter
 
 import pytest
 from django.core.management import call_command
@@ -69,3 +70,13 @@ def test_tests_that_share_a_module_fixture_run_on_one_xdist_worker(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:]
     workers = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("WORKER")]
     assert len(workers) == 4 and len(set(workers)) == 1, done.stdout[-3000:]
+
+
+def test_every_collected_test_has_an_id_of_its_own(request):
+    """xdist schedules tests by id: two tests with one id are one test to it, and the second never runs (49 of the 50
+    schemathesis operation tests, until tests/conftest.py's _IdsForPytest9). This sees the whole run's collection."""
+    ids = [item.nodeid for item in request.session.items]
+    shared = [nodeid for nodeid, count in Counter(ids).items() if count > 1]
+    assert not shared, sorted(shared)[:5]
+    operations = [nodeid for nodeid in ids if nodeid.startswith("tests/api/test_schemathesis.py::")]
+    assert all("[" in nodeid for nodeid in operations), operations[:3]

@@ -37,10 +37,11 @@ ROWS_PER_ADMIN_LIST = 3  # change pages opened per admin list
 
 
 @pytest.fixture(scope="module")
-def demo_site(tmp_path_factory):
+def demo_site(tmp_path_factory, make_run_database):
     """`make run` with the demo data and a job of each kind: a script that completed with outputs and metrics, one
-    that failed, one cancelled, one still running, a sweep, a notebook job and a DDP template job."""
-    stack = Stack(tmp_path_factory.mktemp("make-run"))
+    that failed, one cancelled, one still running, a sweep, a notebook job and a DDP template job. (Its database is
+    migrated already; test_make_run_hybrid.py starts from nothing.)"""
+    stack = Stack(tmp_path_factory.mktemp("make-run"), make_run_database)
     try:
         stack.wait_ready()
         site = DemoSite(stack)

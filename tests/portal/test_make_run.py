@@ -21,11 +21,13 @@ from tests.makerun import FINAL, ROOT, Stack, _alive, _children, _embedded_env, 
 
 
 @pytest.fixture
-def make_run(tmp_path):
+def make_run(tmp_path, make_run_database):
+    """Start `make run`; its database is already migrated (what these tests check begins once it runs; a first start
+    from nothing is test_make_run_hybrid.py's)."""
     stacks: list[Stack] = []
 
     def start(**env: str) -> Stack:
-        stack = Stack(tmp_path / f"var{len(stacks)}", **env)
+        stack = Stack(tmp_path / f"var{len(stacks)}", make_run_database, **env)
         stacks.append(stack)
         stack.wait_ready()
         return stack

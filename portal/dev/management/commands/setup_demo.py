@@ -3,6 +3,7 @@
 from decimal import Decimal
 
 from django.contrib.auth import get_user_model
+from django.core.management import call_command
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
@@ -22,8 +23,17 @@ ADMIN_USER, ADMIN_PASSWORD = "admin", "kakehashi-admin"
 class Command(BaseCommand):
     help = "Create (or update) the demo accounts, project, budget and local cluster."
 
+    def add_arguments(self, parser):
+        parser.add_argument("--migrate", action="store_true",
+                            help="migrate the database first, in this process (`make run` starts a Django less)")
+
+    def handle(self, *args, migrate: bool = False, **options):
+        if migrate:
+            call_command("migrate", interactive=False, verbosity=0)
+        self.create_demo()
+
     @transaction.atomic
-    def handle(self, *args, **options):
+    def create_demo(self):
         User = get_user_model()
         demo, created = User.objects.get_or_create(username=DEMO_USER, defaults={"email": "demo@example.org"})
         if created:
