@@ -49,7 +49,7 @@ $(VENV)/.torch: requirements-torch.txt | $(BIN)/python
 run: venv $(if $(filter minimal min 0 off,$(KAKEHASHI_RUN)),,run-extras)
 	$(BIN)/python -m portal.dev.devserver
 
-## test: everything the tests need (apt packages too), the loopback test cluster, then the whole suite on two
+## test: everything the tests need (apt packages too), the loopback test cluster, then the whole suite on three
 ## pytest-xdist workers (docs/decisions/0047, 0058, 0059); PYTEST_WORKERS=0 runs it in one process; PYTEST_ARGS adds to either
 PYTEST_WORKERS ?= 3
 test: dev-venv torch system-deps hub-deps cluster-harness

@@ -95,7 +95,7 @@ class _IdsForPytest9:
 
         for item in items:
             named = f"{item.parent.nodeid}::{item.name}"
-            if isinstance(item, pytest.Function) and item.nodeid != named and "@" not in item.nodeid:
+            if isinstance(item, pytest.Function) and item.nodeid != named:
                 item._id = NodeId.parse(named)
         if not getattr(config.option, "loadgroup", False):  # set by xdist for --dist loadgroup
             return

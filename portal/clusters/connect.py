@@ -48,8 +48,8 @@ def accounts_for(clusters: Iterable[Cluster], user, project) -> dict[int, Cluste
     whose = Q(user_id=user.pk) if project is None else Q(user_id=user.pk) | Q(project_id=project.pk)
     rows = list(ClusterAccount.objects.filter(whose, cluster_id__in=wanted)) if wanted else []
     # At most one of each per cluster (the model's unique constraints), so a dict loses nothing.
-    of_user = {row.cluster_id: row for row in rows if row.user_id is not None and row.user_id == user.pk}
-    of_project = {row.cluster_id: row for row in rows if row.project_id is not None and row.project_id == project.pk}
+    of_user = {row.cluster_id: row for row in rows if row.user_id == user.pk}
+    of_project = {row.cluster_id: row for row in rows if project is not None and row.project_id == project.pk}
     found: dict[int, ClusterAccount | None | NoClusterAccount] = {}
     for pk, cluster in clusters.items():
         try:
