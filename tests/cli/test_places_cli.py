@@ -12,8 +12,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def offers(local_site):
-    """An 8×A100 node at 30 points/node-h and a 4×A100 node at 5 (two make 8 GPUs) on the local cluster."""
+def offers(local_site, no_live_worker):
+    """An 8×A100 node at 30 points/node-h and a 4×A100 node at 5 (two make 8 GPUs) on the local cluster.
+
+    The comparison prints each cluster's health: a live worker left by an earlier test would check it between two
+    commands whose outputs a test compares ("not checked yet", then "not answering")."""
     HardwareType.objects.create(cluster=local_site.cluster, slug="a100x8", name="A100 ×8", gpu_model="a100",
                                 gpus_per_node=8, max_nodes=1, rate=Decimal("30"), rate_unit="points")
     HardwareType.objects.create(cluster=local_site.cluster, slug="a100x4", name="A100 ×4", gpu_model="a100",
