@@ -7,7 +7,10 @@ import os
 from celery import Celery
 from celery.signals import task_postrun, task_prerun
 
+from workers import broker_restart
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+broker_restart.install()
 
 # Every task's base: tasks that carry work wait out a database outage (workers/database_outage.py).
 app = Celery("kakehashi", task_cls="workers.database_outage:RetriesWhileTheDatabaseIsAway")

@@ -762,3 +762,27 @@ def test_the_web_server_answers_503_while_its_database_is_away_and_serves_again_
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_closing_a_broker_connection_already_collected_with_a_message_unacknowledged_is_a_connection_error(
+        private_redis):
+    """What a Redis restart does to a worker, step by step (workers/broker_restart.py): the consumer collects the
+    lost connection while its channel still holds a delivered message, then closes it. That close must end in an
+    error the consumer's cleanup ignores, never in one that ends the worker."""
+    from kombu import Connection, Exchange, Queue
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    import workers.celery  # noqa: F401 - the worker's app installs the fix, as a worker's start does
+
+    url, _ = private_redis
+    queue = Queue("collected", Exchange("collected"), "collected")
+    connection = Connection(url)
+    channel = connection.default_channel
+    connection.Producer().publish({"job": 1}, exchange=queue.exchange, routing_key="collected", declare=[queue])
+    message = channel.basic_get("collected", no_ack=False)
+    assert message is not None  # delivered, not acknowledged: a close must try to restore it
+    connection._do_close_transport()  # what collect() leaves when the first close of the channel did not finish
+    with pytest.raises(RedisConnectionError):
+        channel.close()
+    assert channel.closed
+    connection.close()  # and the consumer's own cleanup, which ignores connection errors, passes
