@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,6 +50,42 @@ def launch_browser() -> Iterator[Browser]:
         browser = playwright.chromium.launch(executable_path=chromium_path(), headless=True, args=CHROMIUM_ARGS)
         yield browser
         browser.close()
+
+
+class PageRequests:
+    """The requests a page has in flight, to wait until what a page loads after its own load (htmx's `load`
+    triggers, swaps) has arrived: `settle()` returns after a short quiet. Playwright's "networkidle" waits 0.5 s of
+    quiet on every page, which was most of a crawl's time; a part that polls every few seconds is caught by
+    neither."""
+
+    def __init__(self, page: Page):
+        self.page = page
+        self.in_flight: set = set()
+        page.on("request", self._started)  # (Playwright takes Python functions, not a set's own methods)
+        page.on("requestfinished", self._ended)
+        page.on("requestfailed", self._ended)
+
+    def _started(self, request) -> None:
+        self.in_flight.add(request)
+
+    def _ended(self, request) -> None:
+        self.in_flight.discard(request)
+
+    def forget(self) -> None:
+        """What the previous page left unanswered is not the next page's."""
+        self.in_flight.clear()
+
+    def settle(self, quiet: float = 0.15, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        quiet_since = None
+        while time.monotonic() < deadline:
+            if self.in_flight:
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since >= quiet:
+                return
+            self.page.wait_for_timeout(25)  # lets Playwright deliver the page's request events
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from urllib.parse import urljoin, urlsplit
 import pytest
 from playwright.sync_api import Page
 
-from tests.browser.conftest import log_in
+from tests.browser.conftest import PageRequests, log_in
 from tests.security import test_authz_matrix as matrix
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -32,6 +32,7 @@ class PolicyWatch:
     def __init__(self, page: Page):
         self.violations: list[str] = []
         self.visited: list[str] = []
+        self.requests = PageRequests(page)
         page.context.add_init_script(WATCH_VIOLATIONS)
         page.on("console", self._console)
 
@@ -53,14 +54,12 @@ def walk(page: Page, base: str, start: list[str], watch: PolicyWatch, *, limit: 
         assert len(seen) < limit, f"the walk passed {limit} pages: {watch.visited[-20:]}"
         seen.add(path)
         kinds.add(_kind(path))
+        watch.requests.forget()
         if not _open(page, base + path, seed=path in seeds):
             watch.visited.append(path)  # no page to run a policy on
             continue
         if page.locator("[hx-get], [hx-post], [hx-trigger]").count():  # htmx swaps content in: let it
-            try:
-                page.wait_for_load_state("networkidle", timeout=2_000)
-            except Exception:  # noqa: BLE001 - a page that polls never goes idle; its first swaps are in by now
-                pass
+            watch.requests.settle(timeout=2.0)  # a page that polls: its first swaps are in by then
         watch.visited.append(path)
         for href in page.eval_on_selector_all("a[href]", "els => els.map(e => e.getAttribute('href'))"):
             target = urlsplit(urljoin(base + path, href))

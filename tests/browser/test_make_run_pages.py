@@ -23,7 +23,7 @@ import requests
 from django.urls import URLPattern, URLResolver, get_resolver
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import job_form_field, log_in
+from tests.browser.conftest import PageRequests, job_form_field, log_in
 from tests.makerun import FINAL, Stack
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
@@ -193,33 +193,9 @@ class Crawl:
         self.rows_opened: dict[str, int] = defaultdict(int)
         self.statuses: dict[str, int] = {}
         self.server_errors: list[str] = []
-        self.in_flight: set = set()  # the page's requests not yet finished or failed
+        self.requests = PageRequests(page)
         self.htmx_answers = 0
         page.on("response", self._on_response)
-        page.on("request", self._on_request)
-        page.on("requestfinished", self._on_request_done)
-        page.on("requestfailed", self._on_request_done)
-
-    def _on_request(self, request) -> None:
-        self.in_flight.add(request)
-
-    def _on_request_done(self, request) -> None:
-        self.in_flight.discard(request)
-
-    def settle(self, quiet: float = 0.15, timeout: float = 5.0) -> None:
-        """Wait until the page has had no request in flight for `quiet` seconds (what htmx loads once the page is
-        there starts within milliseconds of it). Playwright's "networkidle" waits 0.5 s of quiet on every page, which
-        was most of a crawl's time; a part that polls every few seconds is caught by neither."""
-        deadline = time.monotonic() + timeout
-        quiet_since = None
-        while time.monotonic() < deadline:
-            if self.in_flight:
-                quiet_since = None
-            elif quiet_since is None:
-                quiet_since = time.monotonic()
-            elif time.monotonic() - quiet_since >= quiet:
-                return
-            self.page.wait_for_timeout(25)  # lets Playwright deliver the page's request events
 
     def _on_response(self, response) -> None:
         if response.request.headers.get("hx-request"):
@@ -242,11 +218,11 @@ class Crawl:
         self.variants[route] += 1
         if route not in self.opened_routes:
             self.opened_routes.add(route)
-            self.in_flight.clear()  # what the previous page left unanswered is not this page's
+            self.requests.forget()
             try:
                 response = self.page.goto(self.base + path, wait_until="load")
                 status = response.status if response else 0
-                self.settle()
+                self.requests.settle()
             except Exception:  # noqa: BLE001 - a download (CSV, an output file) is no page: its status below
                 status = self.page.context.request.get(self.base + path, max_redirects=0).status
             if status == 200 and "text/html" in (self.page.evaluate("document.contentType") or ""):
