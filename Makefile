@@ -49,9 +49,9 @@ $(VENV)/.torch: requirements-torch.txt | $(BIN)/python
 run: venv $(if $(filter minimal min 0 off,$(KAKEHASHI_RUN)),,run-extras)
 	$(BIN)/python -m portal.dev.devserver
 
-## test: everything the tests need (apt packages too), the loopback test cluster, then the whole suite on three
-## pytest-xdist workers (docs/decisions/0047, 0058, 0059); PYTEST_WORKERS=0 runs it in one process; PYTEST_ARGS adds to either
-PYTEST_WORKERS ?= 3
+## test: everything the tests need (apt packages too), the loopback test cluster, then the whole suite on four
+## pytest-xdist workers (docs/decisions/0047, 0058, 0059, 0060); PYTEST_WORKERS=0 runs it in one process; PYTEST_ARGS adds to either
+PYTEST_WORKERS ?= 4
 test: dev-venv torch system-deps hub-deps cluster-harness
 	$(BIN)/python -m pytest $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)
 
