@@ -1,0 +1,156 @@
+"""Where the machine's CPU goes while a command runs (issue 29: the suite's time), for every process, not only the
+command's own tree: the test cluster's daemons, PostgreSQL, sshd's sessions and the jobs they start are not children
+of `make test`, so `/usr/bin/time` cannot see them.
+
+    sudo python3 -m bench.suite_cpu -- make test        # as root: the kernel's process accounting
+
+Every process that ends writes its CPU time to a file through the kernel's BSD process accounting (acct(2)); the
+processes still running at the end are read from /proc. A sampler notes each process's command line every 0.5 s, so a
+`python` is told apart (an xdist worker, a Celery worker, a job's train.py); a process shorter than that keeps only
+its name. The report groups CPU seconds by what the process was, against the machine's busy and idle time.
+Linux only; needs CONFIG_BSD_PROCESS_ACCT (Debian's kernels have it) and root. The standard library only: it runs
+before `make test` has made the venv.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import os
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+TICK = os.sysconf("SC_CLK_TCK")
+AHZ = 100  # acct_v3 counts in these units on Linux
+RECORD = 64  # sizeof(struct acct_v3)
+# What a process was, by its command line (first match wins); anything else is named by its command.
+KINDS = [
+    (r"exec\(eval\(sys\.stdin", "pytest: an xdist worker (tests, live server threads)"),
+    (r"-m pytest", "pytest: the controller"),
+    (r"celery .*worker", "Celery workers (live, make run's)"),
+    (r"manage\.py runserver", "make run: its web server"),
+    (r"manage\.py (setup_demo|migrate|collectstatic)", "make run: migrate, demo data, static files"),
+    (r"-m jupyterhub -f|configurable-http-proxy", "hub: JupyterHub and its proxy"),
+    (r"jupyterhub\.singleuser|jupyterhub-singleuser|ipykernel", "hub: Lab servers and kernels (papermill's kernels too)"),
+    (r"train\.py|torchrun|pt_elastic", "jobs: the templates' training (PyTorch)"),
+    (r"papermill", "jobs: notebooks (papermill)"),
+]
+BY_NAME = {"chromium": "Chromium", "jupyterhub-sing": "hub: Lab servers and kernels (papermill's kernels too)", "postgres": "PostgreSQL", "weed": "SeaweedFS", "node": "Playwright's driver",
+           "node-MainThread": "Playwright's driver", "kakehashi": "the CLI", "pt_elastic": "jobs: the templates' training (PyTorch)"}
+
+
+def _comp(value: int) -> float:
+    """acct's comp_t: 13 bits of mantissa, 3 of base-8 exponent."""
+    return ((value & 0x1FFF) << (3 * (value >> 13))) / AHZ
+
+
+def _cpu_now() -> tuple[float, float]:
+    """(all, idle + iowait) CPU seconds of the machine since boot."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(fields) / TICK, (fields[3] + fields[4]) / TICK
+
+
+def _processes() -> dict[int, tuple[str, int, float]]:
+    """pid -> (name, start tick, own CPU seconds) of every process now."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+            out[int(entry)] = (name, int(rest[19]), (int(rest[11]) + int(rest[12])) / TICK)
+    return out
+
+
+class CommandLines(threading.Thread):
+    """pid -> command line of every process seen, polled every 0.5 s."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.lines: dict[int, str] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for entry in os.listdir("/proc"):
+                if entry.isdigit() and int(entry) not in self.lines:
+                    try:
+                        raw = Path(f"/proc/{entry}/cmdline").read_bytes()
+                    except OSError:
+                        continue
+                    self.lines[int(entry)] = raw.replace(b"\0", b" ")[:300].decode(errors="replace")
+            self.stop.wait(0.5)
+
+
+def _kind(name: str, line: str) -> str:
+    for pattern, kind in KINDS:
+        if re.search(pattern, line):
+            return kind
+    if name.startswith("python"):
+        return "python: other (jobs' own scripts, manage.py commands, short-lived ones)"
+    return BY_NAME.get(name, name)
+
+
+def measure(command: list[str]) -> tuple[int, str]:
+    libc = ctypes.CDLL(None, use_errno=True)
+    with tempfile.NamedTemporaryFile(prefix="kakehashi-acct-") as account:
+        lines = CommandLines()
+        lines.start()
+        before, started = _processes(), _cpu_now()
+        if libc.acct(account.name.encode()) != 0:
+            raise SystemExit(f"acct(2) failed: {os.strerror(ctypes.get_errno())} (root and CONFIG_BSD_PROCESS_ACCT needed)")
+        t0 = time.monotonic()
+        try:
+            code = subprocess.call(command)
+        finally:
+            libc.acct(None)
+        wall = time.monotonic() - t0
+        after, ended = _processes(), _cpu_now()
+        lines.stop.set()
+        data = Path(account.name).read_bytes()
+    by_kind: collections.Counter[str] = collections.Counter()
+    count: collections.Counter[str] = collections.Counter()
+    for offset in range(0, len(data) - RECORD + 1, RECORD):
+        record = data[offset:offset + RECORD]
+        (pid,) = struct.unpack_from("<I", record, 16)
+        user, system = struct.unpack_from("<HH", record, 32)
+        name = record[48:64].split(b"\0")[0].decode(errors="replace")
+        kind = _kind(name, lines.lines.get(pid, ""))
+        by_kind[kind] += _comp(user) + _comp(system)
+        count[kind] += 1
+    for pid, (name, start, cpu) in after.items():  # still running: what it spent during the command
+        earlier = before.get(pid)
+        spent = cpu - (earlier[2] if earlier and earlier[1] == start else 0)
+        if spent > 0.05:
+            by_kind[_kind(name, lines.lines.get(pid, ""))] += spent
+    total, idle = ended[0] - started[0], ended[1] - started[1]
+    report = [f"# CPU of the whole machine while `{' '.join(command)}` ran ({os.cpu_count()} cores)", "",
+              f"wall {wall:.0f} s, exit {code}; CPU time {total:.0f} s: busy {total - idle:.0f} s, "
+              f"idle {idle:.0f} s ({idle / total:.0%})", "", "| CPU s | share of busy | processes | what |",
+              "| ---: | ---: | ---: | --- |"]
+    for kind, seconds in by_kind.most_common(25):
+        report.append(f"| {seconds:.1f} | {seconds / (total - idle):.0%} | {count[kind]} | {kind} |")
+    return code, "\n".join(report)
+
+
+def main() -> None:
+    if "--" not in sys.argv:
+        raise SystemExit(__doc__)
+    code, report = measure(sys.argv[sys.argv.index("--") + 1:])
+    print(report)
+    out = Path(__file__).with_name("results-suite-cpu.md")
+    out.write_text(report + "\n")
+    print(f"written to {out}")
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()
