@@ -27,7 +27,10 @@ PORTS = {"slurm": 2222, "pbs": 2223, "sge-site": 2224, "sge": 2225, "slurm-slow"
 # (tests/settings.py: database, queue, cache prefix, S3 server, directories); these rules keep together the tests that
 # share something costly or stateful, so it is set up once and never seen half-used by two workers:
 # - the tests of one module that use a module-scoped fixture (a `make run` stack, jobs submitted for the module);
-# - the tests that use one of SHARED_SESSION_FIXTURES (one JupyterHub per run, not one per worker).
+# - the tests that use one of SHARED_SESSION_FIXTURES (one JupyterHub per run, not one per worker);
+# - the tests that stop the worker's live Celery worker (`no_live_worker`): spread over every worker, each stop cost
+#   the next test that wants one a new Celery worker (about 3 s of CPU; 23 starts in a run of three workers); one after
+#   the other on one worker, they stop it once.
 # `--dist loadgroup` sends each group whole to one worker; any other test goes wherever a worker is free.
 SHARED_SESSION_FIXTURES = {"hub": "hub", "session_hub": "session-hub"}
 
@@ -44,6 +47,8 @@ def _xdist_group(item: pytest.Item) -> str | None:
             # The suite's own fixtures (a plugin's have no baseid: pytest-django's class-scoped autouse one is cheap).
             if fixturedef.baseid and fixturedef.scope in ("module", "package", "class"):
                 return item.nodeid.split("::")[0]
+    if "no_live_worker" in info.names_closure:
+        return "no-live-worker"
     return None
 
 

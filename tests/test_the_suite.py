@@ -41,8 +41,9 @@ def _user(name: str):
     return get_user_model().objects.create_user(name, password="x")
 
 
-def test_tests_that_share_a_module_fixture_run_on_one_xdist_worker(tmp_path):
+def test_tests_that_share_a_module_fixture_or_stop_the_live_worker_run_on_one_xdist_worker(tmp_path):
     probe = ROOT / "tests" / f"test_zz_probe_{os.getpid()}.py"
+    other = ROOT / "tests" / f"test_zz_probe_stops_{os.getpid()}.py"
     probe.write_text(textwrap.dedent('''
         import os
         import pytest
@@ -58,18 +59,33 @@ def test_tests_that_share_a_module_fixture_run_on_one_xdist_worker(tmp_path):
         @pytest.mark.parametrize("i", range(4))
         def test_alone(i):
             pass
+
+        @pytest.mark.parametrize("i", range(3))
+        def test_stops_the_live_worker(no_live_worker, i):
+            print("WORKER", os.environ["PYTEST_XDIST_WORKER"], "stops")
+    '''))
+    other.write_text(textwrap.dedent('''
+        import os
+        import pytest
+
+        @pytest.mark.parametrize("i", range(3))
+        def test_stops_it_too(no_live_worker, i):
+            print("WORKER", os.environ["PYTEST_XDIST_WORKER"], "stops")
     '''))
     # A run of its own: with this run's variables it would take this run's database for its own, and drop it.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "KAKEHASHI_", "CELERY_", "CACHE_"))}
     try:
         done = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider",
-                               "-rP", "-q", str(probe.relative_to(ROOT))], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=240)
+                               "-rP", "-q", str(probe.relative_to(ROOT)), str(other.relative_to(ROOT))], cwd=ROOT,
+                              env=env, capture_output=True, text=True, timeout=240)
     finally:
         probe.unlink()
+        other.unlink()
     assert done.returncode == 0, done.stdout[-3000:]
-    workers = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("WORKER")]
-    assert len(workers) == 4 and len(set(workers)) == 1, done.stdout[-3000:]
+    lines = [line.split() for line in done.stdout.splitlines() if line.startswith("WORKER")]
+    shares = {worker for _, worker, what in lines if what == "shares"}
+    stops = {worker for _, worker, what in lines if what == "stops"}
+    assert len(lines) == 10 and len(shares) == 1 and len(stops) == 1, done.stdout[-3000:]
 
 
 def test_every_collected_test_has_an_id_of_its_own(request):
