@@ -29,7 +29,10 @@ from pathlib import Path
 TICK = os.sysconf("SC_CLK_TCK")
 AHZ = 100  # acct_v3 counts in these units on Linux
 RECORD = 64  # sizeof(struct acct_v3)
-# What a process was, by its command line (first match wins); anything else is named by its command.
+LAB = "hub: Lab servers and kernels (papermill's kernels too)"
+TRAINING = "jobs: the templates' training (PyTorch)"
+DRIVER = "Playwright's driver"
+# What a process was, by its command line (first match wins); else by its command's name (BY_NAME), else that name.
 KINDS = [
     (r"exec\(eval\(sys\.stdin", "pytest: an xdist worker (tests, live server threads)"),
     (r"-m pytest", "pytest: the controller"),
@@ -37,12 +40,12 @@ KINDS = [
     (r"manage\.py runserver", "make run: its web server"),
     (r"manage\.py (setup_demo|migrate|collectstatic)", "make run: migrate, demo data, static files"),
     (r"-m jupyterhub -f|configurable-http-proxy", "hub: JupyterHub and its proxy"),
-    (r"jupyterhub\.singleuser|jupyterhub-singleuser|ipykernel", "hub: Lab servers and kernels (papermill's kernels too)"),
-    (r"train\.py|torchrun|pt_elastic", "jobs: the templates' training (PyTorch)"),
+    (r"jupyterhub\.singleuser|jupyterhub-singleuser|ipykernel", LAB),
+    (r"train\.py|torchrun", TRAINING),
     (r"papermill", "jobs: notebooks (papermill)"),
 ]
-BY_NAME = {"chromium": "Chromium", "jupyterhub-sing": "hub: Lab servers and kernels (papermill's kernels too)", "postgres": "PostgreSQL", "weed": "SeaweedFS", "node": "Playwright's driver",
-           "node-MainThread": "Playwright's driver", "kakehashi": "the CLI", "pt_elastic": "jobs: the templates' training (PyTorch)"}
+BY_NAME = {"chromium": "Chromium", "postgres": "PostgreSQL", "weed": "SeaweedFS", "kakehashi": "the CLI",
+           "jupyterhub-sing": LAB, "pt_elastic": TRAINING, "node": DRIVER, "node-MainThread": DRIVER}
 
 
 def _comp(value: int) -> float:
@@ -99,7 +102,17 @@ def _kind(name: str, line: str) -> str:
     return BY_NAME.get(name, name)
 
 
+def _ended(account: bytes):
+    """(pid, name, CPU seconds) of each acct_v3 record: a process that ended while accounting was on."""
+    for offset in range(0, len(account) - RECORD + 1, RECORD):
+        record = account[offset:offset + RECORD]
+        (pid,) = struct.unpack_from("<I", record, 16)
+        user, system = struct.unpack_from("<HH", record, 32)
+        yield pid, record[48:64].split(b"\0")[0].decode(errors="replace"), _comp(user) + _comp(system)
+
+
 def measure(command: list[str]) -> tuple[int, str]:
+    """Run `command` with process accounting on; (its exit code, the report)."""
     libc = ctypes.CDLL(None, use_errno=True)
     with tempfile.NamedTemporaryFile(prefix="kakehashi-acct-") as account:
         lines = CommandLines()
@@ -115,16 +128,12 @@ def measure(command: list[str]) -> tuple[int, str]:
         wall = time.monotonic() - t0
         after, ended = _processes(), _cpu_now()
         lines.stop.set()
-        data = Path(account.name).read_bytes()
+        records = Path(account.name).read_bytes()
     by_kind: collections.Counter[str] = collections.Counter()
     count: collections.Counter[str] = collections.Counter()
-    for offset in range(0, len(data) - RECORD + 1, RECORD):
-        record = data[offset:offset + RECORD]
-        (pid,) = struct.unpack_from("<I", record, 16)
-        user, system = struct.unpack_from("<HH", record, 32)
-        name = record[48:64].split(b"\0")[0].decode(errors="replace")
+    for pid, name, seconds in _ended(records):
         kind = _kind(name, lines.lines.get(pid, ""))
-        by_kind[kind] += _comp(user) + _comp(system)
+        by_kind[kind] += seconds
         count[kind] += 1
     for pid, (name, start, cpu) in after.items():  # still running: what it spent during the command
         earlier = before.get(pid)
@@ -136,8 +145,8 @@ def measure(command: list[str]) -> tuple[int, str]:
               f"wall {wall:.0f} s, exit {code}; CPU time {total:.0f} s: busy {total - idle:.0f} s, "
               f"idle {idle:.0f} s ({idle / total:.0%})", "", "| CPU s | share of busy | processes | what |",
               "| ---: | ---: | ---: | --- |"]
-    for kind, seconds in by_kind.most_common(25):
-        report.append(f"| {seconds:.1f} | {seconds / (total - idle):.0%} | {count[kind]} | {kind} |")
+    report += [f"| {seconds:.1f} | {seconds / (total - idle):.0%} | {count[kind]} | {kind} |"
+               for kind, seconds in by_kind.most_common(25)]
     return code, "\n".join(report)
 
 
