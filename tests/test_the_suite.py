@@ -35,6 +35,63 @@ def test_the_suites_flush_empties_every_table_a_test_wrote_and_keeps_the_content
     assert set(Permission.objects.values_list("pk", flat=True)) == permissions
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_suites_flush_empties_the_tables_even_when_postgresql_makes_it_a_deadlocks_victim():
+    """What a live Celery worker still dispatching after its test did to a teardown once: its transaction and the flush's
+    DELETEs locked the same rows in opposite orders, PostgreSQL rolled the flush back, the rows stayed, and every later
+    test of that xdist worker failed on a second "alice" (37 errors). Here another connection takes the two locks in
+    the order that deadlocks with the flush, and leaves the flush to find the deadlock first."""
+    import threading
+    import time
+
+    import psycopg
+    from django.db import connection
+
+    from portal.projects.models import Project
+
+    user = _user("deadlocked")
+    project = Project.objects.create(slug="deadlocked", name="Deadlocked")
+    db = connection.settings_dict
+    other = psycopg.connect(host=db["HOST"], port=db["PORT"] or 5432, dbname=db["NAME"], user=db["USER"])
+    other.execute("SET deadlock_timeout = '60s'")  # the flush's backend checks first (1 s): the flush is the victim
+    other.execute("UPDATE projects_project SET name = 'held' WHERE id = %s", [project.pk])
+    failed: list[Exception] = []
+
+    def flush() -> None:
+        try:
+            call_command("flush", verbosity=0, interactive=False, reset_sequences=False, allow_cascade=False,
+                         inhibit_post_migrate=False)
+        except Exception as exc:  # noqa: BLE001 - the test reports it
+            failed.append(exc)
+        finally:
+            connection.close()
+
+    flushing = threading.Thread(target=flush)
+    flushing.start()
+    deadline = time.monotonic() + 30
+    while not _waiting_for_a_lock():  # the flush waits for the project's row
+        assert time.monotonic() < deadline, "the flush never waited for the project's row"
+        time.sleep(0.05)
+    other.execute("UPDATE auth_user SET first_name = 'held' WHERE id = %s", [user.pk])  # the user row the flush holds
+    other.commit()
+    other.close()
+    flushing.join(60)
+
+    assert not failed, failed
+    assert not Project.objects.exists() and not type(user).objects.exists()
+
+
+def _waiting_for_a_lock() -> int:
+    """Backends of the test database waiting for a lock, seen from this thread's connection (in autocommit: a
+    transaction would keep seeing its first snapshot of pg_stat_activity)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND wait_event_type = 'Lock'")
+        return cursor.fetchone()[0]
+
+
 def _user(name: str):
     from django.contrib.auth import get_user_model
 

@@ -11,9 +11,10 @@ is nothing to re-create. Anything else, or another database engine, gets Django'
 from __future__ import annotations
 
 from django.core.management.commands import flush
-from django.db import ProgrammingError, connections, transaction
+from django.db import OperationalError, ProgrammingError, connections, transaction
 
 KEPT = {"django_content_type", "auth_permission", "django_migrations"}
+ATTEMPTS = 5
 
 
 class Command(flush.Command):
@@ -21,6 +22,21 @@ class Command(flush.Command):
         connection = connections[options["database"]]
         if connection.vendor != "postgresql" or options.get("interactive") or options.get("reset_sequences", True):
             return super().handle(**options)
+        for attempt in range(ATTEMPTS):
+            try:
+                return self._delete_written(connection, options["database"])
+            except ProgrammingError:  # the role needs a superuser (the suite's own PostgreSQL has one)
+                return super().handle(**options)
+            except OperationalError:
+                # A deadlock with a process still writing after the test (a live Celery worker finishing a dispatch):
+                # PostgreSQL rolled this transaction back, so nothing was deleted; that process goes on, and the
+                # next attempt looks again at which tables hold rows. Left full, the database would fail every later
+                # test of this xdist worker (a second "alice").
+                if attempt == ATTEMPTS - 1:
+                    raise
+
+    @staticmethod
+    def _delete_written(connection, database: str) -> None:
         quote = connection.ops.quote_name
         tables = sorted(set(connection.introspection.django_table_names(only_existing=True, include_views=False))
                         - KEPT)
@@ -32,10 +48,7 @@ class Command(flush.Command):
                 # DELETE, not TRUNCATE: a few rows go at once, without a new file per table. The rows go in any
                 # order, foreign keys unchecked (replica role: constraint triggers off), because every table that
                 # holds a row is emptied in this one transaction, so none is left referring to a deleted row.
-                try:
-                    with transaction.atomic(using=options["database"]):
-                        cursor.execute("SET LOCAL session_replication_role = replica")
-                        for table in written:
-                            cursor.execute(f"DELETE FROM {quote(table)}")
-                except ProgrammingError:  # the role needs a superuser (the suite's own PostgreSQL has one)
-                    return super().handle(**options)
+                with transaction.atomic(using=database):
+                    cursor.execute("SET LOCAL session_replication_role = replica")
+                    for table in written:
+                        cursor.execute(f"DELETE FROM {quote(table)}")
