@@ -66,7 +66,9 @@ def _story(site, writer, prefix: str) -> tuple[list[tuple], list[tuple]]:
             [tuple(str(v).replace(prefix, "·") for v in event) for event in history])
 
 
-def test_the_portable_writer_leaves_the_rows_the_postgresql_writer_leaves(local_site):
+def test_the_portable_writer_leaves_the_rows_the_postgresql_writer_leaves(local_site, no_live_worker):
+    # No live worker: the story leaves jobs handed over with a lease already run out, which its beat's recovery sweep
+    # would dispatch again (an event more in one writer's history; seen once in a run of four workers).
     postgres = _story(local_site, transitions._POSTGRES, "pg")
     portable = _story(local_site, transitions._PORTABLE, "sq")
     assert portable == postgres
