@@ -78,11 +78,9 @@ def pytest_collection_modifyitems(config, items):
     modules: dict[str, list[pytest.Item]] = {}
     for item in items:
         modules.setdefault(item.nodeid.split("::")[0], []).append(item)
-    # The tests marked slow (a minute or more) go first: xdist hands out tests in this order once the groups are given
-    # out, and a two-minute walk that started last ended a run alone, three workers idle (1,481 s into a run of 1,632).
-    spread = [(not item.get_closest_marker("slow"), (index + 0.5) / len(tests), order, item)
+    spread = [((index + 0.5) / len(tests), order, item)
               for order, tests in enumerate(modules.values()) for index, item in enumerate(tests)]
-    items[:] = [item for *_, item in sorted(spread, key=lambda entry: entry[:3])]
+    items[:] = [item for _, _, item in sorted(spread, key=lambda entry: entry[:2])]
 
 
 class _IdsForPytest9:

@@ -98,13 +98,11 @@ def _user(name: str):
     return get_user_model().objects.create_user(name, password="x")
 
 
-def test_tests_that_share_a_module_fixture_or_stop_the_live_worker_run_on_one_xdist_worker_and_slow_ones_go_first(
-        tmp_path):
+def test_tests_that_share_a_module_fixture_or_stop_the_live_worker_run_on_one_xdist_worker(tmp_path):
     probe = ROOT / "tests" / f"test_zz_probe_{os.getpid()}.py"
     other = ROOT / "tests" / f"test_zz_probe_stops_{os.getpid()}.py"
     probe.write_text(textwrap.dedent('''
         import os
-        import time
         import pytest
 
         @pytest.fixture(scope="module")
@@ -117,7 +115,7 @@ def test_tests_that_share_a_module_fixture_or_stop_the_live_worker_run_on_one_xd
 
         @pytest.mark.parametrize("i", range(4))
         def test_alone(i):
-            print("WORKER", os.environ["PYTEST_XDIST_WORKER"], "alone", time.time())
+            pass
 
         @pytest.mark.parametrize("i", range(3))
         def test_stops_the_live_worker(no_live_worker, i):
@@ -125,16 +123,11 @@ def test_tests_that_share_a_module_fixture_or_stop_the_live_worker_run_on_one_xd
     '''))
     other.write_text(textwrap.dedent('''
         import os
-        import time
         import pytest
 
         @pytest.mark.parametrize("i", range(3))
         def test_stops_it_too(no_live_worker, i):
             print("WORKER", os.environ["PYTEST_XDIST_WORKER"], "stops")
-
-        @pytest.mark.slow
-        def test_collected_last_but_slow():
-            print("WORKER", os.environ["PYTEST_XDIST_WORKER"], "slow", time.time())
     '''))
     # A run of its own: with this run's variables it would take this run's database for its own, and drop it.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "KAKEHASHI_", "CELERY_", "CACHE_"))}
@@ -147,14 +140,9 @@ def test_tests_that_share_a_module_fixture_or_stop_the_live_worker_run_on_one_xd
         other.unlink()
     assert done.returncode == 0, done.stdout[-3000:]
     lines = [line.split() for line in done.stdout.splitlines() if line.startswith("WORKER")]
-    shares = {worker for _, worker, what, *_ in lines if what == "shares"}
-    stops = {worker for _, worker, what, *_ in lines if what == "stops"}
-    assert len(lines) == 15 and len(shares) == 1 and len(stops) == 1, done.stdout[-3000:]
-    # The slow test, collected last, is handed out before the tests that are not in a group: it starts before the
-    # last of them (collection order would have started it after all four).
-    slow = [float(when) for _, _, what, when in (line for line in lines if len(line) == 4) if what == "slow"]
-    alone = [float(when) for _, _, what, when in (line for line in lines if len(line) == 4) if what == "alone"]
-    assert len(slow) == 1 and len(alone) == 4 and slow[0] < max(alone), done.stdout[-3000:]
+    shares = {worker for _, worker, what in lines if what == "shares"}
+    stops = {worker for _, worker, what in lines if what == "stops"}
+    assert len(lines) == 10 and len(shares) == 1 and len(stops) == 1, done.stdout[-3000:]
 
 
 def test_every_collected_test_has_an_id_of_its_own(request):

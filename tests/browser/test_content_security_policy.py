@@ -226,7 +226,6 @@ def _routes_visited(pages: dict[str, str], watch: PolicyWatch) -> set[str]:
     return {name for name, url in pages.items() if url in watch.visited}
 
 
-@pytest.mark.slow
 def test_a_researcher_sees_no_policy_violation_on_any_page_they_can_reach(page, live_server, site_with_everything):
     """Every route of a project and of one's own (each naming alice's objects: her notebook job with its executed
     notebook, her sweep, file, dataset, upload, token and cluster account), every job, and every page linked from
@@ -252,7 +251,6 @@ def test_a_researcher_sees_no_policy_violation_on_any_page_they_can_reach(page, 
     print(f"{len(watch.visited)} pages: {watch.visited}")
 
 
-@pytest.mark.slow
 def test_a_site_admin_sees_no_policy_violation_in_the_portal_or_the_django_admin(page, live_server, site_with_everything):
     watch = PolicyWatch(page)
     log_in(page, live_server.url, "root")

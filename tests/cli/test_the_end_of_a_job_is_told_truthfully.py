@@ -45,7 +45,6 @@ def _told(browser: Client, kh, job: Job) -> dict[str, str]:
 
 
 @pytest.mark.cluster
-@pytest.mark.slow
 def test_cancels_and_walltime_kills_on_slurm_and_grid_engine_say_which_signal_ended_them(
         hpc_site, live_worker, logged_in):
     browser = Client()

@@ -116,7 +116,6 @@ JOB_FIELDS = {
 
 
 @pytest.mark.cluster
-@pytest.mark.slow
 @pytest.mark.parametrize("field", list(JOB_FIELDS))
 def test_every_hostile_value_in_a_job_field_is_refused_clearly_or_arrives_quoted(api, field):
     make = JOB_FIELDS[field]
@@ -141,7 +140,6 @@ def test_every_hostile_value_in_a_job_field_is_refused_clearly_or_arrives_quoted
 
 
 @pytest.mark.cluster
-@pytest.mark.slow
 @pytest.mark.parametrize("where", ["sweep value", "sweep name", "sweep values", "array"])
 def test_every_hostile_value_in_a_sweep_is_refused_clearly_or_arrives_quoted(api, where):
     accepted = 0
@@ -200,7 +198,6 @@ FORM_FIELDS = ["name", "walltime", "nodes", "launcher", "procs_per_node", "templ
 
 
 @pytest.mark.cluster
-@pytest.mark.slow
 @pytest.mark.parametrize("field", FORM_FIELDS)
 def test_every_hostile_value_in_a_job_form_field_gets_a_message_or_a_safe_preview(client, hpc_site, field):
     from portal.catalog.models import HardwareType
