@@ -46,6 +46,7 @@ from backends.spec import (
     Launcher,
     Load,
     OutputListing,
+    Packed,
     Reach,
     RemoteFile,
     Resources,
@@ -59,7 +60,7 @@ from backends.transport import Transport, TransportError
 __all__ = [
     "DATA_DIR", "DataFile", "DataInput", "DataRefused", "StagingReport", "FINAL_STATES", "OUTPUTS_DIR", "PAYLOAD_FILE", "SCRIPT_FILE", "STDERR_FILE", "STDOUT_FILE", "Access",
     "ArrayElement", "Backend", "BackendError", "InvalidJobSpec", "JobRecord", "JobSpec", "JobStatus", "Launcher", "Load",
-    "OutputListing", "Reach", "RemoteFile", "Resources", "State", "SubmitRefused", "TransportError", "element_dir",
+    "OutputListing", "Packed", "Reach", "RemoteFile", "Resources", "State", "SubmitRefused", "TransportError", "element_dir",
 ]
 
 class Backend(ABC):

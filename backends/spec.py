@@ -255,6 +255,18 @@ DATA_DIR = "data"  # inside the job directory: one entry per attached dataset, $
 
 
 @dataclass(frozen=True)
+class Packed:
+    """Where a small file also sits in a pack, a tar object of many small files in the store (docs/decisions/0062):
+    its member (a 512-byte header naming it by its SHA-256, its bytes, zeros to the next 512) starts at `offset` of
+    the object `pack`, read with a ranged GET of the presigned URL `get_url` gives. Members that follow each other
+    in a pack travel as one GET."""
+
+    pack: str
+    offset: int
+    get_url: Callable[[], str] = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
 class DataFile:
     """One file of a dataset held in the object store. `path` is where it sits inside the dataset ("" for a
     dataset that is one file); `open` gives a stream of its bytes (read in chunks: files may be larger than memory).
@@ -274,6 +286,8 @@ class DataFile:
     # A short-lived presigned GET of it, for a login node that fetches from the store itself (cluster option
     # data_pull); None where the portal keeps files on its own disk.
     presign: Callable[[], str] | None = field(default=None, compare=False, repr=False)
+    # Where it also sits in a pack (small files only), or None.
+    packed: Packed | None = None
 
 
 @dataclass(frozen=True)
@@ -309,6 +323,9 @@ class StagingReport:
     # Of the copied files, how many (and bytes) the login node fetched from the store itself (data_pull).
     pulled_files: int = 0
     pulled_bytes: int = 0
+    # Of the copied files, how many (and bytes) were read from packs of the store, a few GETs for many files.
+    packed_files: int = 0
+    packed_bytes: int = 0
     # The unix group whose shared cache it was (the project's, docs/decisions/0027); "": the account's own cache.
     shared_group: str = ""
     # A backend that copies nothing before submitting (AWS Batch): what the job's container pulls itself when it
@@ -324,7 +341,8 @@ class StagingReport:
                     "file's SHA-256")
         parts = [f"copied {self.copied_files} file(s), {self.copied_bytes} bytes"
                  + (f" ({self.pulled_files} file(s), {self.pulled_bytes} bytes fetched by the login node from the "
-                    "object store itself)" if self.pulled_files else ""),
+                    "object store itself)" if self.pulled_files else "")
+                 + (f" ({self.packed_files} file(s) read from packs of the object store)" if self.packed_files else ""),
                  f"{self.reused_files} file(s) ({self.reused_bytes} bytes) already in the cluster's cache"]
         if self.in_place:
             parts.append(f"{self.in_place} registered path(s) used in place")

@@ -128,18 +128,23 @@ class HTTPBody:
     """The body of a GET of a presigned URL, read like a file, or moved into a pipe by splice(2) where the store
     speaks plain HTTP: then no byte of a large file passes through the worker's Python (the relay's CPU)."""
 
-    def __init__(self, url: str, timeout: float = 60.0) -> None:
+    def __init__(self, url: str, timeout: float = 60.0, byte_range: tuple[int, int] | None = None) -> None:
         parts = urllib.parse.urlsplit(url)
         kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
         self._conn = kind(parts.netloc, timeout=timeout)
         self._timeout, self._plain = timeout, parts.scheme == "http" and hasattr(os, "splice")
-        self._conn.request("GET", parts.path + (f"?{parts.query}" if parts.query else ""))
+        # `byte_range`: bytes [start, end) only (members of a pack); the store answers 206 with exactly those.
+        headers = {"Range": f"bytes={byte_range[0]}-{byte_range[1] - 1}"} if byte_range else {}
+        self._conn.request("GET", parts.path + (f"?{parts.query}" if parts.query else ""), headers=headers)
         self._response = self._conn.getresponse()
-        if self._response.status != 200:
+        if self._response.status != (206 if byte_range else 200):
             text = self._response.read(300).decode("utf-8", "replace")
             self._conn.close()
             raise OSError(f"the object store answered {self._response.status}: {text}")
         self.left = self._response.length or 0
+        if byte_range and self.left != byte_range[1] - byte_range[0]:
+            self._conn.close()
+            raise OSError(f"the object store sent {self.left} bytes for a range of {byte_range[1] - byte_range[0]}")
 
     def read(self, size: int = -1) -> bytes:
         data = self._response.read(size if size and size > 0 else None)
@@ -316,11 +321,19 @@ class TarStream:
     """The bytes of a tar archive of `files`, each member named by its SHA-256, read like a file.
 
     Small files are fetched whole by FETCH_THREADS threads ahead of the reader (in order; at most WINDOW_BYTES
-    waiting); a larger one is streamed from its source when its turn comes."""
+    waiting); a larger one is streamed from its source when its turn comes.
+
+    The same bytes are a pack (portal/storage/packs.py) when `archive_end` is False: members only, no end-of-archive
+    blocks, so runs of members from several packs joined together are one archive again. `members` then says,
+    once read to the end, where each member starts and whether its bytes were the SHA-256 it is named by."""
 
     def __init__(self, files: Sequence[DataFile], *, threads: int = FETCH_THREADS,
-                 window: int = WINDOW_BYTES) -> None:
-        self._files, self._window = list(files), window
+                 window: int = WINDOW_BYTES, archive_end: bool = True, check: bool = False) -> None:
+        self._files, self._window, self._end, self._check = list(files), window, archive_end, check
+        # (sha256, offset of its header, size, intact) of each member written so far; `check`: whether its bytes
+        # are its SHA-256 is found out here (a pack's), else the login node finds out (intact is then True).
+        self.members: list[tuple[str, int, int, bool]] = []
+        self._offset = 0
         self._pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="kakehashi-fetch")
         self._pending: deque[tuple[DataFile, Future | None]] = deque()
         self._waiting = 0  # bytes fetched or being fetched ahead
@@ -384,18 +397,24 @@ class TarStream:
                 return  # a streamed file: nothing after it is fetched until it has passed
 
     def _generate(self) -> Iterator[bytes]:
+        import hashlib
+
         self._fill()
         while self._pending:
             f, future = self._pending.popleft()
             info = tarfile.TarInfo(f.sha256)
             info.size, info.mode, info.mtime = f.size, 0o600, 0
-            yield info.tobuf(format=tarfile.USTAR_FORMAT)
-            sent = 0
+            header = info.tobuf(format=tarfile.USTAR_FORMAT)
+            start, self._offset = self._offset, self._offset + member_size(f.size)
+            yield header
+            sent, digest = 0, hashlib.sha256() if self._check else None
             if future is not None:
                 data = future.result()
                 self._waiting -= f.size
                 self._fill()
                 sent = min(len(data), f.size)
+                if digest:
+                    digest.update(data[:f.size])
                 yield data[:f.size]
             else:
                 source = f.open()
@@ -403,11 +422,15 @@ class TarStream:
                 try:
                     while sent < f.size and (data := reader.read(min(CHUNK, f.size - sent))):
                         sent += len(data)
+                        if digest:
+                            digest.update(data)
                         yield data
                 finally:
                     reader.close()
                     _closing(source)
                 self._fill()
+            self.members.append((f.sha256, start, f.size,
+                                 sent == f.size and (digest is None or digest.hexdigest() == f.sha256)))
             while sent < f.size:
                 # The store gave fewer bytes than it recorded: the tar header promised f.size, so the archive stays
                 # well-formed and the login node's checksum says the file is not what the store recorded.
@@ -416,7 +439,8 @@ class TarStream:
                 yield bytes(pad)
             if f.size % 512:
                 yield bytes(512 - f.size % 512)
-        yield bytes(1024)
+        if self._end:
+            yield bytes(1024)
 
     def read(self, size: int = -1) -> bytes:
         while not self._rest:
@@ -432,6 +456,11 @@ class TarStream:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def member_size(size: int) -> int:
+    """The bytes a file of `size` takes in a tar stream: a 512-byte header, its bytes, zeros to the next 512."""
+    return 512 + -(-size // 512) * 512
 
 
 # The login node's side of a tar stream where it has python3: each member written, hashed in the same pass and
@@ -477,14 +506,9 @@ for member in archive:
 """
 
 
-def copy_batch(transport: Transport, cache: str, files: Sequence[DataFile], group: str,
-               heartbeat: Callable[[], None] | None) -> None:
-    """Many files in one tar stream into the cache, each taking its name once its SHA-256 there is that name;
-    DataRefused naming those whose bytes are not what the store recorded."""
-    if not files:
-        return
-    token = uuid.uuid4().hex[:12]
-    incoming = _quoted(f"{cache}/.incoming-{token}")
+def _receiving(cache: str, group: str, token: str) -> str:
+    """The login node's command that takes a tar stream of members named by SHA-256 into the cache: each written,
+    hashed and renamed to its name if that is its SHA-256; prints `ok <sha>` or `bad <sha> <got>` per member."""
     share = (f"xargs -r chgrp -- {shlex.quote(group)} < \"$in.ok\" && xargs -r chmod 0440 -- < \"$in.ok\" && "
              if group else "")
     # `ls` lists only what tar made there: names of 64 hex digits, nothing else can be in a directory made here.
@@ -499,7 +523,7 @@ def copy_batch(transport: Transport, cache: str, files: Sequence[DataFile], grou
         f'{share}xargs -r mv -f -t .. -- < "$in.ok" || {{ rm -rf -- "$in" "$in.ok"; exit 5; }}',
         'sed "s/^/ok /" "$in.ok"; cd .. && rm -rf -- "$in" "$in.ok"',
     ])
-    command = "\n".join([
+    return "\n".join([
         f"set -o pipefail; {_umask(group)}; {HASHER}",
         f"cd -- {_quoted(cache)} || exit 5",
         f"if command -v {PYTHON} >/dev/null 2>&1; then",
@@ -508,17 +532,22 @@ def copy_batch(transport: Transport, cache: str, files: Sequence[DataFile], grou
         unpack,
         "fi",
     ])
-    stream = TarStream(files)
+
+
+def _receive(transport: Transport, cache: str, group: str, stream, files: Sequence[DataFile],
+             heartbeat: Callable[[], None] | None) -> tuple[set[str], dict[str, str]]:
+    """`stream` (a tar stream of `files`' members) into the cache: (the SHA-256s that took their names there, those
+    that arrived as other bytes -> what they hashed to). A stream that fails leaves no part file behind."""
+    token = uuid.uuid4().hex[:12]
+    incoming = _quoted(f"{cache}/.incoming-{token}")
     try:
-        result = transport.pipe(command, stream, heartbeat=heartbeat, stall=STALL_SECONDS,
+        result = transport.pipe(_receiving(cache, group, token), stream, heartbeat=heartbeat, stall=STALL_SECONDS,
                                 timeout=max(60.0, sum(f.size for f in files) / 50e6))
     except BaseException:
         with contextlib.suppress(Exception):
             transport.run_shell(f"rm -rf -- {incoming} {incoming}.ok; cd -- {_quoted(cache)} && "
                                 f"rm -f -- *.part-{token}", timeout=30)
         raise
-    finally:
-        stream.close()
     if result.exit_status != 0:
         with contextlib.suppress(Exception):
             transport.run_shell(f"cd -- {_quoted(cache)} && rm -f -- *.part-{token}", timeout=30)
@@ -531,6 +560,20 @@ def copy_batch(transport: Transport, cache: str, files: Sequence[DataFile], grou
         elif word == "bad":
             name, _, got = rest.partition(" ")
             bad[name] = got.strip()
+    return moved, bad
+
+
+def copy_batch(transport: Transport, cache: str, files: Sequence[DataFile], group: str,
+               heartbeat: Callable[[], None] | None) -> None:
+    """Many files in one tar stream into the cache, each taking its name once its SHA-256 there is that name;
+    DataRefused naming those whose bytes are not what the store recorded."""
+    if not files:
+        return
+    stream = TarStream(files)
+    try:
+        moved, bad = _receive(transport, cache, group, stream, files, heartbeat)
+    finally:
+        stream.close()
     by_sha = {f.sha256: f for f in files}
     if bad:
         sha = sorted(bad)[0]
@@ -540,4 +583,123 @@ def copy_batch(transport: Transport, cache: str, files: Sequence[DataFile], grou
     missing = [sha for sha in by_sha if sha not in moved]
     if missing:
         raise BackendError(f"{len(missing)} of {len(files)} files did not arrive in the cluster's cache "
-                           f"({by_sha[missing[0]].path or missing[0][:16]}…): {result.message}")
+                           f"({by_sha[missing[0]].path or missing[0][:16]}…)")
+
+
+# ---------------------------------------------------------------- from packs: a few GETs for many small files
+
+# A pack is read in runs of members that follow each other (one ranged GET each, one after the other): past this
+# many runs in one pack (a cache that already holds every other file), the files' own GETs, 16 at once, are faster.
+PACK_RUNS_MAX = 32
+
+
+def from_packs(files: Sequence[DataFile]) -> tuple[list[DataFile], list[DataFile]]:
+    """(the files to read from their packs, in pack and offset order; the rest): a pack read in at most
+    PACK_RUNS_MAX runs is worth it."""
+    by_pack: dict[str, list[DataFile]] = {}
+    rest = []
+    for f in files:
+        if f.packed is not None:
+            by_pack.setdefault(f.packed.pack, []).append(f)
+        else:
+            rest.append(f)
+    usable = []
+    for pack in sorted(by_pack):
+        members = sorted(by_pack[pack], key=lambda f: f.packed.offset)
+        if len(_runs(members)) <= PACK_RUNS_MAX:
+            usable += members
+        else:
+            rest += members
+    return usable, rest
+
+
+def _runs(members: Sequence[DataFile]) -> list[tuple[Callable[[], str], int, int]]:
+    """(presigned GET, start, end) of each run of members that follow each other in one pack, in order."""
+    runs: list[list] = []
+    for f in members:
+        start, end = f.packed.offset, f.packed.offset + member_size(f.size)
+        last = runs[-1] if runs else None
+        if last is not None and last[3] == f.packed.pack and last[2] == start:
+            last[2] = end
+        else:
+            runs.append([f.packed.get_url, start, end, f.packed.pack])
+    return [(get_url, start, end) for get_url, start, end, _ in runs]
+
+
+class PackUnreadable(Exception):
+    """A pack's range could not be read from the store (deleted since, refused, cut off). Not an OSError: the
+    transports take those for their own failures; this one only sends the pack's files their own way."""
+
+
+class PackedStream:
+    """A tar stream made of runs of pack members (each a ranged GET of its pack, in order) and the archive's end:
+    the bytes go from the store to the login node as they are, spliced where the store speaks plain HTTP."""
+
+    def __init__(self, runs: Sequence[tuple[Callable[[], str], int, int]]) -> None:
+        self._runs, self._next, self._body = list(runs), 0, None
+        self._tail = bytes(1024)
+
+    @staticmethod
+    def _open(get_url: Callable[[], str], start: int, end: int) -> HTTPBody:
+        try:
+            return HTTPBody(get_url(), byte_range=(start, end))
+        except (OSError, http.client.HTTPException) as exc:
+            raise PackUnreadable(str(exc)) from exc
+
+    def read(self, size: int = -1) -> bytes:
+        size = size if size and size > 0 else CHUNK
+        while True:
+            if self._body is None:
+                if self._next == len(self._runs):
+                    data, self._tail = self._tail[:size], self._tail[size:]
+                    return data
+                self._body = self._open(*self._runs[self._next])
+                self._next += 1
+            if self._body.left > 0:
+                try:
+                    data = self._body.read(min(size, self._body.left))
+                except (OSError, http.client.HTTPException) as exc:
+                    raise PackUnreadable(str(exc)) from exc
+                if not data:
+                    raise PackUnreadable(f"the object store closed a pack's range with {self._body.left} bytes to send")
+                return data
+            self._body.close()
+            self._body = None
+
+    def splice_into(self, fd: int, moved: Callable[[int], None]) -> None:
+        for run in self._runs:
+            body = self._open(*run)
+            try:
+                body.splice_into(fd, moved)
+            except BrokenPipeError:
+                raise  # the login node's command ended first: its exit status says why
+            except (OSError, http.client.HTTPException) as exc:
+                raise PackUnreadable(str(exc)) from exc
+            finally:
+                body.close()
+        _write_all(fd, self._tail)
+        moved(len(self._tail))
+
+    def close(self) -> None:
+        if self._body is not None:
+            self._body.close()
+
+
+def copy_packed(transport: Transport, cache: str, files: Sequence[DataFile], group: str,
+                heartbeat: Callable[[], None] | None) -> list[DataFile]:
+    """Files read from their packs (`from_packs` order) into the cache in one tar stream, each checked on the login
+    node as `copy_batch` checks them. Returns those that did not arrive whole (a pack gone, damaged, or not what
+    its rows say): the caller sends them again from their own objects, which say the truth about their bytes."""
+    if not files:
+        return []
+    stream = PackedStream(_runs(files))
+    try:
+        moved, _ = _receive(transport, cache, group, stream, files, heartbeat)
+    except (PackUnreadable, BackendError):
+        # The pack could not be read whole (deleted since, the store refused a range) or the command failed on the
+        # login node: nothing is lost, each file goes its own way. The SSH connection failing is not this: a
+        # TransportError is not caught here and the dispatch is retried.
+        return list(files)
+    finally:
+        stream.close()
+    return [f for f in files if f.sha256 not in moved]

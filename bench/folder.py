@@ -18,6 +18,12 @@ For each folder, BENCH_FOLDER_ROUNDS rounds (order rotating):
                      login node, as alice): one tar stream of files named by SHA-256, each hashed there, then one tar
                      of links making the folder's tree in the job directory;
 - tar over ssh:      `tar c -C FOLDER . | ssh login 'tar x -C DIR'` (OpenSSH's default cipher), the yardstick;
+- packing:           what the worker does in the background once the upload completed (portal/storage/packs.py,
+                     docs/decisions/0062): every small file fetched, hashed and written into packs of up to 5,000
+                     files, a few tar objects in the store (round 1; later rounds upload the same contents, which
+                     the packs already hold);
+- staging, packed:   the same staging when the folder's files sit in packs: a few ranged GETs of the packs spliced
+                     into the stream, each file still checked by its SHA-256 on the login node;
 - staging, again:    a second job with the same folder (the cache already holds it): must send nothing;
 - staging, pulled:   the same staging with data_pull (the login node fetches the 10,000 objects itself);
 - store GETs alone:  the worker's side of staging only (every object fetched and framed, sent nowhere): the floor
@@ -28,6 +34,7 @@ Results: printed and written to bench/results-folder.md.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import random
@@ -151,6 +158,7 @@ def _run(store, work: Path) -> int:
 def one_folder(kind: str, work: Path, s3, bucket: str, base: str, env: dict, kakehashi: str, project) -> str:
     from backends.base import DataInput, JobSpec
     from backends.slurm import SlurmBackend
+    from portal.storage import packs
     from portal.storage.models import StoredFile
 
     folder = work / f"folder-{kind.replace(' ', '')}"
@@ -176,10 +184,17 @@ def one_folder(kind: str, work: Path, s3, bucket: str, base: str, env: dict, kak
             list(pool.map(lambda f: s3.upload_file(str(f[0]), bucket, f"{prefix}/{f[1]}"), files))
         return time.perf_counter() - start
 
-    def dataset(dest: str) -> DataInput:
+    def dataset(dest: str, packed: bool = False) -> DataInput:
         rows = StoredFile.objects.filter(project=project, path__startswith=dest + "/")
-        return DataInput("set", files=[dp.data_file(s3, row.storage_name, row.path[len(dest) + 1:], row.sha256,
-                                                    row.size, bucket) for row in rows])
+        places = packs.places(project, rows) if packed else {}
+        return DataInput("set", files=[
+            dataclasses.replace(dp.data_file(s3, row.storage_name, row.path[len(dest) + 1:], row.sha256, row.size,
+                                             bucket), packed=places.get(row.sha256)) for row in rows])
+
+    def pack() -> float:
+        start = time.perf_counter()
+        packs.pack_project(project.pk)
+        return time.perf_counter() - start
 
     def stage(data: DataInput, cache: str, name: str, **options) -> float:
         transport = dp.transport()
@@ -218,19 +233,25 @@ def one_folder(kind: str, work: Path, s3, bucket: str, base: str, env: dict, kak
         data = dataset(uploaded_as[-1])
         assert len(data.files) == FILES
         times.setdefault("store GETs alone", []).append(fetch_only(data))
+        if r == 0:
+            times["packing"] = [pack()]
+        in_packs = dataset(uploaded_as[-1], packed=True)
+        assert sum(f.packed is not None for f in in_packs.files) == sum(f.size < packs.SMALL for f in data.files)
         cache = f"{base}/cache-{uuid.uuid4().hex[:6]}"
         pulled = f"{base}/cache-{uuid.uuid4().hex[:6]}"
+        from_packs = f"{base}/cache-{uuid.uuid4().hex[:6]}"
         staging = {
             "staging": lambda data=data, cache=cache: stage(data, cache, "staging"),
             "tar over ssh": tar_ssh,
             "staging, pulled": lambda data=data, pulled=pulled: stage(data, pulled, "staging, pulled",
                                                                       data_pull="presigned"),
+            "staging, packed": lambda data=in_packs, cache=from_packs: stage(data, cache, "staging, packed"),
         }
         names = list(staging)
         for name in names[r % len(names):] + names[:r % len(names)]:
             times.setdefault(name, []).append(staging[name]())
         times.setdefault("staging, again", []).append(stage(data, cache, "staging, again"))
-        dp.remote(f"rm -rf {cache} {pulled} {base}/job-*")
+        dp.remote(f"rm -rf {cache} {pulled} {from_packs} {base}/job-*")
         print(f"{kind} round {r + 1}: " + ", ".join(f"{n} {t[-1]:.2f} s" for n, t in times.items()), flush=True)
     assert sent["staging, again"] == [0] * ROUNDS and sent["staging, pulled"] == [0] * ROUNDS
     shutil.rmtree(folder)
@@ -264,9 +285,13 @@ def _table(kind: str, total: int, times: dict[str, list[float]], sent: dict[str,
         "| --- | --- | --- | --- |",
         row("upload, boto3 best", "upload, boto3 best"), row("upload, boto3 16 threads", "upload, boto3 best"),
         row("upload, boto3 32 threads", "upload, boto3 best"), row("upload, kakehashi", "upload, boto3 best"),
-        row("tar over ssh", "tar over ssh"), row("staging", "tar over ssh"), row("staging, pulled", "tar over ssh"),
-        row("staging, again", "tar over ssh"), row("store GETs alone", "tar over ssh"), "",
+        row("tar over ssh", "tar over ssh"), row("staging", "tar over ssh"), row("staging, packed", "tar over ssh"),
+        row("staging, pulled", "tar over ssh"), row("staging, again", "tar over ssh"),
+        row("store GETs alone", "tar over ssh"), "",
+        f"Packing (the worker, in the background once the upload completed; round 1): {times['packing'][0]:.2f} s, "
+        f"{FILES / times['packing'][0]:.0f} files/s.", "",
         f"Bytes the worker sent to the login node: staging {', '.join(str(b) for b in sent['staging'])}; "
+        f"staging, packed {', '.join(str(b) for b in sent['staging, packed'])}; "
         f"staging, again {', '.join(str(b) for b in sent['staging, again'])} (nothing: the cache held every file); "
         f"staging, pulled {', '.join(str(b) for b in sent['staging, pulled'])} (the login node fetched them).", "",
     ])

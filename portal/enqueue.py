@@ -18,11 +18,12 @@ RECORD_HEALTH_CHECK = "portal.jobs.tasks.record_health_check_task"
 VERIFY_ACCOUNT = "portal.clusters.tasks.verify_account_task"
 VERIFY_DATASET = "portal.storage.tasks.verify_dataset_task"
 VERIFY_UPLOAD = "portal.storage.tasks.verify_upload_task"
+PACK_FILES = "portal.storage.tasks.pack_files_task"
 SEND_NOTIFICATION_EMAIL = "portal.notifications.tasks.send_notification_email_task"
 FORGET_HUB_SERVER = "portal.sessions.tasks.forget_hub_server_task"
 
 TASKS = (DISPATCH_JOB, CANCEL_JOB, FETCH_OUTPUT, RECORD_HEALTH_CHECK, VERIFY_ACCOUNT, VERIFY_DATASET, VERIFY_UPLOAD,
-         SEND_NOTIFICATION_EMAIL, FORGET_HUB_SERVER)
+         PACK_FILES, SEND_NOTIFICATION_EMAIL, FORGET_HUB_SERVER)
 
 
 def enqueue(task: str, *args: object, countdown: float | None = None) -> None:

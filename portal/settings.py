@@ -270,6 +270,10 @@ KAKEHASHI_UPLOAD_URL_SECONDS = env_int("KAKEHASHI_UPLOAD_URL_SECONDS", 3600)
 KAKEHASHI_DOWNLOAD_URL_SECONDS = env_int("KAKEHASHI_DOWNLOAD_URL_SECONDS", 600)
 KAKEHASHI_UPLOAD_ABANDON_HOURS = env_int("KAKEHASHI_UPLOAD_ABANDON_HOURS", 24)
 KAKEHASHI_UPLOAD_SWEEP_INTERVAL = env_int("KAKEHASHI_UPLOAD_SWEEP_INTERVAL", 3600)
+# Small files also kept in packs, a few large tar objects a first staging reads instead of one GET per file
+# (docs/decisions/0062): from this many unpacked small files of a project on (0: never). The packs' bytes are not
+# counted in the project's quota.
+KAKEHASHI_PACK_MIN_FILES = env_int("KAKEHASHI_PACK_MIN_FILES", 100)
 # A project's storage quota when its admins set none (bytes; 0 = no limit).
 KAKEHASHI_STORAGE_QUOTA_BYTES = env_int("KAKEHASHI_STORAGE_QUOTA_BYTES", 1024**4)
 

@@ -27,6 +27,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal.audit.actions import record
+from portal.enqueue import PACK_FILES, enqueue_on_commit
 from portal.projects import access
 from portal.projects.models import Project
 from portal.storage import objectstore, quota
@@ -224,6 +225,9 @@ def complete_batch(user, project: Project, ids) -> tuple[list[StoredFile], list[
                    replaced=[s.path for s in arrived if s.path in existing])
         for key in replaced:
             transaction.on_commit(lambda key=key: delete_object_quietly(key))
+        if arrived:
+            # Many small files together: the worker packs them for their first staging (portal/storage/packs.py).
+            enqueue_on_commit(PACK_FILES, project.pk)
     files = [s.stored_file for s in done] + [s.stored_file for s in arrived]
     return [f for f in files if f is not None], missing
 

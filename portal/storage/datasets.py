@@ -19,14 +19,14 @@ from django.core.files.storage import default_storage
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from backends.base import BackendError, DataFile, DataInput, DataRefused, TransportError
+from backends.base import BackendError, DataFile, DataInput, DataRefused, Packed, TransportError
 from portal.audit.actions import record
 from portal.clusters.connect import NoClusterAccount, account_for, backend_for, is_cloud
 from portal.clusters.models import Allocation, Cluster
 from portal.enqueue import VERIFY_DATASET, enqueue_on_commit
 from portal.projects import access
 from portal.projects.models import Project
-from portal.storage import objectstore
+from portal.storage import objectstore, packs
 from portal.storage.actions import clean_path
 from portal.storage.errors import FileExists, FileMissing, StorageError, UploadConflict
 from portal.storage.models import Dataset, DatasetKind, DatasetState, FileState, PinnedFile, StoredFile
@@ -194,14 +194,14 @@ def _opener(key: str):
 PULL_URL_SECONDS = 3600
 
 
-def _data_file(path: str, stored: StoredFile) -> DataFile:
+def _data_file(path: str, stored: StoredFile, packed: Packed | None = None) -> DataFile:
     if not objectstore.configured():
         return DataFile(path, stored.sha256, stored.size, _opener(stored.storage_name))
     key = stored.storage_name
     return DataFile(path, stored.sha256, stored.size, _opener(key), url=f"s3://{objectstore.bucket()}/{key}",
                     open_range=lambda start, end: objectstore.open_range(key, start, end),
                     get_url=lambda: objectstore.presigned_get(key, PULL_URL_SECONDS, public=False),
-                    presign=lambda: objectstore.presigned_get(key, PULL_URL_SECONDS))
+                    presign=lambda: objectstore.presigned_get(key, PULL_URL_SECONDS), packed=packed)
 
 
 def _check_cloud_reach(dataset: Dataset, cluster: Cluster) -> None:
@@ -233,11 +233,14 @@ def data_inputs(datasets: Iterable[Dataset], cluster: Cluster, pins: list[Pinned
             inputs.append(DataInput(dataset.name, files=[_data_file("", dataset.stored_file)]))
             _pin(pins, dataset.name, dataset.stored_file)
         elif dataset.kind == DatasetKind.FOLDER:
-            files = list(_folder_files(dataset.project, dataset.prefix)[:MAX_FOLDER_FILES])
+            folder = _folder_files(dataset.project, dataset.prefix)
+            files = list(folder[:MAX_FOLDER_FILES])
             if not files:
                 raise DataRefused(f"dataset {dataset.name}: the folder {dataset.prefix}/ holds no file any more")
             cut = len(dataset.prefix) + 1
-            inputs.append(DataInput(dataset.name, files=[_data_file(f.path[cut:], f) for f in files]))
+            in_packs = packs.places(dataset.project, folder)
+            inputs.append(DataInput(dataset.name, files=[_data_file(f.path[cut:], f, in_packs.get(f.sha256))
+                                                         for f in files]))
             for f in files:
                 _pin(pins, dataset.name, f)
         else:

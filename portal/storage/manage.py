@@ -23,13 +23,14 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
 
 from portal.audit.actions import record
+from portal.enqueue import PACK_FILES, enqueue_on_commit
 from portal.job_states import ACTIVE_STATES, JobState
 from portal.projects import access
 from portal.projects.models import Project
 from portal.storage.actions import check_no_file_folder_clash, clean_path
 from portal.storage.datasets import clean_name
 from portal.storage.errors import FileExists, FileMissing, StorageError, UploadConflict
-from portal.storage.models import Dataset, DatasetKind, FileState, Folder, PinnedFile, StoredFile
+from portal.storage.models import Dataset, DatasetKind, FileState, Folder, Pack, PinnedFile, StoredFile
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,7 @@ def delete_file(user, project: Project, path: object) -> StoredFile:
                sha256=stored.sha256)
         StoredFile.objects.filter(pk=stored.pk).delete()
         transaction.on_commit(lambda: _delete_bytes([stored.storage_name]))
+        _drop_packed_copies(project)
     return stored
 
 
@@ -137,6 +139,7 @@ def delete_folder(user, project: Project, path: object) -> tuple[int, int]:
         total = sum(size for _, size in gone)
         record("folder.delete", actor=user, project=project, path=clean, files=len(gone), size=total)
         transaction.on_commit(lambda: _delete_bytes([name for name, _ in gone]))
+        _drop_packed_copies(project)
     return len(gone), total
 
 
@@ -270,6 +273,13 @@ def folders_of(project_files: Iterable[tuple[str, str]], folder_rows: QuerySet[F
             seen.add((slug, "/".join(parts[:n])))
     seen.update(folder_rows.values_list("project__slug", "path"))
     return sorted(seen)
+
+
+def _drop_packed_copies(project: Project) -> None:
+    """Deleted content leaves the project's packs too (the worker drops those holding it, and packs the rest
+    again: portal/storage/packs.py)."""
+    if Pack.objects.filter(project=project).exists():
+        enqueue_on_commit(PACK_FILES, project.pk)
 
 
 def _delete_bytes(names: list[str]) -> None:

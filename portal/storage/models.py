@@ -242,3 +242,48 @@ class ClusterCache(models.Model):
     def limit(self) -> int:
         """The bytes pruning keeps it under: its own limit, else the site's default."""
         return self.limit_bytes or int(settings.KAKEHASHI_CLUSTER_CACHE_BYTES)
+
+
+class PackState(models.TextChoices):
+    WRITING = "writing", "Being written"  # claimed and being written; staging does not read it yet
+    READY = "ready", "Ready"
+
+
+class Pack(models.Model):
+    """Many small files of a project kept together as one tar object in the store, beside their own objects
+    (docs/decisions/0062): a job's first staging of a folder of 10,000 small files reads a few packs, not 10,000
+    objects. Each member is named by its SHA-256, so a pack stays right for its members whatever is renamed; a pack
+    holding content no file of the project holds any more is deleted (portal/storage/packs.py)."""
+
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="packs")
+    storage_name = models.CharField(max_length=1024, unique=True)  # packs/<project>/<uuid>.tar
+    size = models.PositiveBigIntegerField()
+    files = models.PositiveIntegerField()
+    state = models.CharField(max_length=10, choices=PackState.choices, default=PackState.WRITING)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["project__slug", "created_at"]
+        indexes = [models.Index(fields=["state", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.project.slug}:{self.storage_name} ({self.state})"
+
+
+class PackMember(models.Model):
+    """One file's content in a pack: its tar member (header, bytes, padding) starts at `offset`."""
+
+    pack = models.ForeignKey(Pack, on_delete=models.CASCADE, related_name="members")
+    sha256 = models.CharField(max_length=64)
+    offset = models.PositiveBigIntegerField()
+    size = models.PositiveBigIntegerField()
+    # False: the object's bytes were not its SHA-256 when the pack was written (staging never reads this member; the
+    # file's own object goes, and is refused on the cluster with the reason).
+    intact = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["pack", "offset"]
+        indexes = [models.Index(fields=["sha256"])]
+
+    def __str__(self) -> str:
+        return f"{self.pack_id}@{self.offset}: {self.sha256[:12]}"

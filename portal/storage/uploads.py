@@ -36,7 +36,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal.audit.actions import record
-from portal.enqueue import VERIFY_UPLOAD, enqueue_on_commit
+from portal.enqueue import PACK_FILES, VERIFY_UPLOAD, enqueue_on_commit
 from portal.projects import access
 from portal.projects.models import Project
 from portal.storage import objectstore, quota
@@ -339,6 +339,8 @@ def _finish(user, session: UploadSession, existing: StoredFile | None, *, verify
         enqueue_on_commit(VERIFY_UPLOAD, str(session.pk))
     elif old_key and old_key != session.key:
         transaction.on_commit(lambda: delete_object_quietly(old_key))
+    # A new small file may complete a pack; replaced content leaves its pack (portal/storage/packs.py).
+    enqueue_on_commit(PACK_FILES, session.project_id)
     return stored
 
 
@@ -382,10 +384,12 @@ def abort_abandoned_uploads(now=None) -> int:
             log.warning("could not abort the abandoned upload %s", session.pk, exc_info=True)
     known = set(UploadSession.objects.filter(state=UploadState.OPEN).values_list("upload_id", flat=True))
     try:
-        for key, upload_id, started in objectstore.open_multipart_uploads("projects/"):
-            if upload_id not in known and started < cutoff:
-                objectstore.abort_multipart_upload(key, upload_id)
-                count += 1
+        # Under packs/: a pack's upload whose worker died (portal/storage/packs.py).
+        for prefix in ("projects/", "packs/"):
+            for key, upload_id, started in objectstore.open_multipart_uploads(prefix):
+                if upload_id not in known and started < cutoff:
+                    objectstore.abort_multipart_upload(key, upload_id)
+                    count += 1
     except objectstore.ObjectStoreError:
         log.warning("could not list or abort the store's multipart uploads; the next sweep tries again", exc_info=True)
     return count

@@ -622,3 +622,108 @@ def test_a_large_file_relayed_from_the_store_is_spliced_into_the_stream_and_arri
     job_id = cluster_backend.submit(spec)
     assert wait_state(cluster_backend, job_id, lambda s: s.state.is_final).state == State.COMPLETED
     assert big.sha256 in cluster_backend.read_output(spec.workdir, "stdout").decode()
+
+
+# ------------------------------------------------------------ packs: many small files, a few GETs
+
+@pytest.fixture
+def packed_folder(store_objects, object_store):
+    """A folder of 300 small files in the store, each its own object and also a member of one pack (a tar object
+    of members named by SHA-256, no end-of-archive blocks) as portal/storage/packs.py writes it; `put_pack` writes
+    the pack's bytes (or others), `relayed` counts the files' own GETs."""
+    import dataclasses
+
+    import boto3
+    from botocore.config import Config
+
+    from backends.base import Packed
+    from backends.staging_copy import TarStream
+
+    s3 = boto3.client("s3", endpoint_url=object_store.endpoint, region_name="us-east-1",
+                      aws_access_key_id=os.environ["KAKEHASHI_S3_ACCESS_KEY_ID"],
+                      aws_secret_access_key=os.environ["KAKEHASHI_S3_SECRET_ACCESS_KEY"],
+                      config=Config(signature_version="s3v4", s3={"addressing_style": "path"}))
+    bucket = os.environ["KAKEHASHI_S3_BUCKET"]
+    own = sorted((store_objects(f"img/{i:03d}.jpg", os.urandom(700 + 37 * i)) for i in range(300)),
+                 key=lambda f: f.sha256)
+    stream = TarStream(own, archive_end=False, check=True)
+    pack = b"".join(iter(lambda: stream.read(1 << 20), b""))
+    stream.close()
+    key = f"pack-tests/{os.urandom(6).hex()}.tar"
+    ranges = []
+
+    def get_url():
+        ranges.append(key)
+        return s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=600)
+
+    places = {sha: offset for sha, offset, _, intact in stream.members if intact}
+    assert len(places) == len(own)
+    folder = [dataclasses.replace(f, packed=Packed(key, places[f.sha256], get_url)) for f in own]
+    store_objects.relayed.clear()
+
+    def put_pack(data: bytes | None = None) -> None:
+        if data is None:
+            s3.delete_object(Bucket=bucket, Key=key)
+        else:
+            s3.put_object(Bucket=bucket, Key=key, Body=data)
+
+    put_pack(pack)
+    return type("PackedFolder", (), {"files": folder, "pack": pack, "put": staticmethod(put_pack), "ranges": ranges,
+                                     "relayed": store_objects.relayed})
+
+
+def test_a_folder_whose_small_files_sit_in_a_pack_is_read_from_the_pack_in_one_get_and_checked_file_by_file(
+        cluster_backend, make_spec, packed_folder, login_node_tools):
+    backend = cluster_backend
+    backend.settings["data_cache"] += "-" + login_node_tools.replace(" ", "-")
+    files = packed_folder.files
+    spec = make_spec('echo RESULT; cd "$KAKEHASHI_DATA/set" && sha256sum img/042.jpg && find . -type l | wc -l',
+                     datasets=("set",))
+    spec, report = backend.stage_data(spec, "vision", [DataInput("set", files=files)])
+    assert (report.copied_files, report.packed_files) == (300, 300)
+    assert "300 file(s) read from packs of the object store" in report.summary()
+    # One GET of the pack's one run of members, no file's own GET; the bytes sent are the pack's and the end.
+    assert len(packed_folder.ranges) == 1 and packed_folder.relayed == []
+    assert backend.transport.bytes_put == len(packed_folder.pack) + 1024
+    job_id = backend.submit(spec)
+    assert wait_state(backend, job_id, lambda s: s.state.is_final).state == State.COMPLETED
+    out = backend.read_output(spec.workdir, "stdout").decode().split("RESULT\n", 1)[-1].split()[:3]
+    forty_two = next(f for f in files if f.path == "img/042.jpg")
+    assert out == [forty_two.sha256, "img/042.jpg", "300"]
+
+    # A cache that holds all but a few files: only their runs of the pack are read (read in Python this time, over
+    # paramiko, where OpenSSH's client spliced them above).
+    cache = backend.settings["data_cache"] + "/vision"
+    gone = files[10:13] + [files[200]]
+    _remote(backend, f"cd {cache} && rm -f " + " ".join(f.sha256 for f in gone))
+    packed_folder.ranges.clear()
+    backend.transport.bulk = "paramiko"
+    _, again = backend.stage_data(make_spec("true", datasets=("set",)), "vision", [DataInput("set", files=files)])
+    assert (again.packed_files, again.reused_files, len(packed_folder.ranges)) == (4, 296, 2)
+    for f in gone:
+        assert _remote(backend, f"sha256sum {cache}/{f.sha256}").split()[0] == f.sha256
+
+
+@pytest.mark.parametrize("damage", ["a member's bytes changed", "the pack deleted"])
+def test_a_pack_that_is_damaged_or_gone_costs_nothing_but_time_each_file_comes_from_its_own_object(
+        cluster_backend, make_spec, packed_folder, damage):
+    backend = cluster_backend
+    backend.settings["data_cache"] += "-" + os.urandom(3).hex()  # this test's own: its listing is checked
+    files = packed_folder.files
+    if damage == "the pack deleted":
+        packed_folder.put(None)
+        expect_relayed = 300
+    else:
+        damaged = bytearray(packed_folder.pack)
+        damaged[files[5].packed.offset + 512] ^= 0xFF  # the first byte of the sixth file's content
+        packed_folder.put(bytes(damaged))
+        expect_relayed = 1
+    spec = make_spec('cd "$KAKEHASHI_DATA/set" && sha256sum img/*.jpg | sha256sum', datasets=("set",))
+    spec, report = backend.stage_data(spec, "vision", [DataInput("set", files=files)])
+    assert report.copied_files == 300 and report.packed_files == 300 - expect_relayed
+    assert len(packed_folder.relayed) == expect_relayed  # each a GET of the file's own object
+    cache = backend.settings["data_cache"] + "/vision"
+    listing = _remote(backend, f"ls -A {cache}").split()
+    assert sorted(listing) == sorted(f.sha256 for f in files)  # nothing else: no part file, no damaged copy
+    for f in files[:8]:
+        assert _remote(backend, f"sha256sum {cache}/{f.sha256}").split()[0] == f.sha256
