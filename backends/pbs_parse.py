@@ -138,6 +138,7 @@ class Observation:
     raw: Mapping[str, str] = field(default_factory=dict)
     signal: int | None = None
     cancelled_by: str = ""  # PBS keeps no name of who deleted a job in what is read here
+    settled: bool = True  # the job's own word (its exit file, qstat's): nothing else of the job's is read here
 
     def status(self) -> JobStatus:
         return JobStatus(self.scheduler_id, self.state, self.reason, self.exit_code)

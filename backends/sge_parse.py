@@ -378,16 +378,45 @@ def _latest_submissions(rows: Iterable[dict[str, str]], job_ids: set[str]) -> di
     """The records of each of `job_ids`, from its latest submission only.
 
     Job numbers wrap (at 10M, or when a cluster's spool is reset) while accounting keeps the old jobs: only the
-    latest submission under a number is ours. All its tasks share one qsub_time."""
+    latest submission under a number is ours. Its array tasks share one qsub_time, but the records of its parallel
+    tasks (mpirun's daemons, started with `qrsh -inherit`) carry the time each task was started (SoGE: a two-node
+    job submitted at 01:14:47 had its tasks' records say 01:14:48), so the latest qsub_time alone would drop the
+    job's own record. A submission is a record and those submitted before everything so far had ended; an older
+    submission under the number had ended before the next was submitted."""
     by_job: dict[str, list[dict[str, str]]] = {}
     for row in rows:
         if row.get("jobnumber", "") in job_ids:
             by_job.setdefault(row["jobnumber"], []).append(row)
     latest_rows = {}
     for job_id, all_rows in by_job.items():
-        latest = max(parse_qacct_time(r.get("qsub_time", "")) or _EPOCH for r in all_rows)
-        latest_rows[job_id] = [r for r in all_rows if (parse_qacct_time(r.get("qsub_time", "")) or _EPOCH) == latest]
+        latest: list[dict[str, str]] = []
+        ended = _EPOCH
+        for row in sorted(all_rows, key=lambda r: _time(r, "qsub_time")):
+            if latest and _time(row, "qsub_time") > ended:
+                latest, ended = [], _EPOCH
+            latest.append(row)
+            ended = max(ended, _time(row, "qsub_time"), _time(row, "end_time"))
+        latest_rows[job_id] = latest
     return latest_rows
+
+
+def _time(row: Mapping[str, str], field: str) -> datetime:
+    return parse_qacct_time(row.get(field, "")) or _EPOCH
+
+
+def _own_record_missing(rows: Sequence[Mapping[str, str]]) -> bool:
+    """Univa/Altair's qacct names each record's parallel task (`pe_taskid`, NONE for the job's own): the records of
+    the tasks a job started (mpirun's daemons on the other nodes) end before the job does, and so are in accounting
+    before the job's own, which holds its exit status. Until that one is there, the job has no final record."""
+    tasks = [r["pe_taskid"] for r in rows if "pe_taskid" in r]
+    return bool(tasks) and "NONE" not in tasks
+
+
+def _may_lack_own_record(rows: Sequence[Mapping[str, str]]) -> bool:
+    """SoGE's and OGS's qacct print no `pe_taskid`: a job that ran in a parallel environment may have tasks'
+    records only, its own not written yet (seen on the test cluster: a two-node mpirun job whose ranks all exit 3
+    had its two `exit_status 0` task records in accounting a second before its own `exit_status 3`)."""
+    return not any("pe_taskid" in r for r in rows) and any(r.get("granted_pe", "NONE") != "NONE" for r in rows)
 
 
 def _merged_record(scheduler_id: str, rows: Sequence[Mapping[str, str]]) -> JobRecord:
@@ -419,6 +448,7 @@ def _merged_record(scheduler_id: str, rows: Sequence[Mapping[str, str]]) -> JobR
         raw=dict(row),
         # Univa/Altair name who deleted it ("root@login1"); SoGE and OGS keep no name.
         cancelled_by=(row.get("deleted_by") or "").replace("NONE", "") if worst.state == State.CANCELLED else "",
+        settled=not _may_lack_own_record(rows),
     )
 
 
@@ -436,7 +466,7 @@ def parse_qacct(text: str, wanted: set[str]) -> dict[str, JobRecord]:
         rows = by_job.get(job_id, [])
         if dot:
             rows = _task_rows(rows, int(task)) if task.isdigit() else []
-        if rows:
+        if rows and not _own_record_missing(rows):
             records[scheduler_id] = _merged_record(scheduler_id, rows)
     return records
 

@@ -168,6 +168,11 @@ class JobRecord:
     # Who cancelled it, as the scheduler names them ("root", "alice@login1"), where its record says: what a job's
     # history says of a cancel made on the cluster outside the portal. "" when unknown or not cancelled.
     cancelled_by: str = ""
+    # False when accounting may not hold the job's own record yet, only those of tasks it started: Grid Engine writes
+    # one per parallel task (`qrsh -inherit`, as mpirun starts its daemons), each as it ends, and the job's own when
+    # the job leaves the queue, written out up to a flush interval later; SoGE's qacct does not say which record is
+    # whose. The tracker then waits for its accounting grace before it takes this record as the job's end.
+    settled: bool = True
 
 
 # Standard file names inside a job directory: the portal and storage find outputs here on every backend.

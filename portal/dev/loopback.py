@@ -38,12 +38,13 @@ class ClusterDef:
 CLUSTERS = [
     ClusterDef("slurm-test", "Slurm (test cluster)", Kind.SLURM, 2222),
     ClusterDef("pbs-test", "PBS/Torque (test cluster)", Kind.PBS, 2223, options={"dialect": "torque"}),
-    # Whole-node jobs run on the harness's two compute nodes (queue node.q), not on the login host's all.q.
+    # Whole-node jobs run on the harness's two compute nodes (queue node.q), not on the login host's all.q. Its
+    # Grid Engine writes accounting out every second (tests/cluster/up.sh: flush_time 00:00:01).
     ClusterDef("sge-tsubame-test", "TSUBAME-style Grid Engine (test cluster)", Kind.SGE, 2224, SiteProfile.TSUBAME,
-               options={"node_queues": ["node.q"]}),
+               options={"node_queues": ["node.q"], "accounting_flush_seconds": 2}),
     ClusterDef("sge-abci-test", "ABCI-style Grid Engine (test cluster)", Kind.SGE, 2224, SiteProfile.ABCI,
-               options={"node_queues": ["node.q"]}),
-    ClusterDef("sge-test", "Grid Engine (test cluster)", Kind.SGE, 2225),
+               options={"node_queues": ["node.q"], "accounting_flush_seconds": 2}),
+    ClusterDef("sge-test", "Grid Engine (test cluster)", Kind.SGE, 2225, options={"accounting_flush_seconds": 2}),
 ]
 
 # slug, cluster, name, gpu model, GPUs/node, CPUs/node, max nodes, scheduler mapping, rate (points/node-hour).

@@ -123,6 +123,12 @@ def apply_answers(cluster: Cluster, jobs: list[Tracked], statuses: dict[str, Job
     for job in jobs:
         status = statuses.get(job.scheduler_id)
         record_ = records.get(job.scheduler_id)
+        if record_ is not None and not record_.settled and not _accounting_overdue(job, now, _flush_seconds(cluster)):
+            # Accounting may hold only the records of tasks the job started, not yet its own (Grid Engine's
+            # parallel tasks): their ending well is not the job's. Waited for as a record not written yet is, for
+            # as long as the cluster takes to write its accounting out.
+            report.awaiting_accounting += 1
+            continue
         if record_ is not None:
             decisions[job.pk] = ("finished", partial(_finished, rec=record_, program=program))
         elif status is not None and status.state.is_final:
@@ -192,12 +198,22 @@ def _apply(decisions: dict[int, tuple[str, Decision]]) -> list[str]:
     return kinds
 
 
-def _accounting_overdue(job: Tracked, now) -> bool:
-    """Whether accounting has had its grace period since the queue first said this job ended.
+def _flush_seconds(cluster: Cluster) -> int:
+    """How long the cluster's scheduler may take to write a job's accounting record out: its option
+    `accounting_flush_seconds` (Grid Engine's `reporting_params flush_time`), else the site's grace."""
+    value = (cluster.options or {}).get("accounting_flush_seconds")
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return settings.KAKEHASHI_ACCOUNTING_GRACE_SECONDS
+
+
+def _accounting_overdue(job: Tracked, now, grace: int | None = None) -> bool:
+    """Whether accounting has had its grace period (the site's, or `grace`) since the queue first said this job
+    ended.
 
     The first sighting lives in the cache: losing it only restarts the wait.
     """
-    grace = settings.KAKEHASHI_ACCOUNTING_GRACE_SECONDS
+    grace = settings.KAKEHASHI_ACCOUNTING_GRACE_SECONDS if grace is None else grace
     if grace <= 0:
         return True
     key = f"kakehashi:queue-ended:{job.uuid}"

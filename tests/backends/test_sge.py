@@ -21,6 +21,7 @@ from backends.sge_parse import (
     parse_qacct_time,
     parse_qstat_load,
     parse_qstat_xml,
+    split_qacct,
     task_ranges,
 )
 from backends.transport import CommandResult, Transport
@@ -507,11 +508,25 @@ def test_cancel_tolerates_a_job_that_already_left():
 def test_a_reused_job_number_reports_only_the_latest_submission():
     # Job numbers wrap (or restart after a spool reset) while accounting keeps the old jobs.
     old = fixture("qacct-exit-3.txt").replace(f"jobnumber    {IDS['three']} ", f"jobnumber    {IDS['ok']} ")
-    old = old.replace("qsub_time    Sun Nov 22", "qsub_time    Sat Nov 21")
+    # The old job ran and ended a day earlier, before the number was used again.
+    old = old.replace("Sun Nov 22", "Sat Nov 21")
     assert len(parse_qacct(old, {IDS["ok"]})) == 1
     for text in (old + fixture("qacct-completed.txt"), fixture("qacct-completed.txt") + old):
         record = parse_qacct(text, {IDS["ok"]})[IDS["ok"]]
         assert (record.state, record.exit_code) == (State.COMPLETED, 0)
+
+
+def test_a_two_node_mpirun_job_ends_as_its_own_record_says_not_as_its_parallel_tasks_records():
+    # Recorded on the test cluster: every rank exited 3; mpirun's two daemons on sgenode01 (`qrsh -inherit`) ended
+    # well, and their records carry the second they started as their qsub_time, after the job's own.
+    text = fixture("qacct-two-nodes-mpirun-exit-3.txt")
+    job_id = split_qacct(text)[0]["jobnumber"]
+    record = parse_qacct(text, {job_id})[job_id]
+    assert (record.state, record.exit_code, record.nodes) == (State.FAILED, 3, 2)
+    # SoGE's qacct does not say which record is the job's own: the tasks' records alone may be all there is yet.
+    tasks_only = "".join(f"{'=' * 62}\n{block}" for block in text.split("=" * 62 + "\n")[1:3])
+    record = parse_qacct(tasks_only, {job_id})[job_id]
+    assert (record.state, record.settled) == (State.COMPLETED, False)
 
 
 # ---------------------------------------------------------------------------- array elements, one at a time
@@ -640,7 +655,8 @@ def test_the_array_and_its_elements_share_one_qacct():
 def test_an_element_of_a_reused_job_number_reports_only_the_latest_submission():
     # An older array under the same number (qacct-array.txt: tasks 1-3, all exit 0), submitted a day earlier.
     old = fixture("qacct-array.txt").replace(f"jobnumber    {IDS['arr']} ", f"jobnumber    {SWEEP} ")
-    old = old.replace("qsub_time    Sun Nov 22", "qsub_time    Sat Nov 21")
+    # The old job ran and ended a day earlier, before the number was used again.
+    old = old.replace("Sun Nov 22", "Sat Nov 21")
     assert len(parse_qacct(old, {task(SWEEP, 2)})) == 1
     for text in (old + fixture("qacct-sweep-loop.txt"), fixture("qacct-sweep-loop.txt") + old):
         records = parse_qacct(text, {task(SWEEP, 2), task(SWEEP, 7)})

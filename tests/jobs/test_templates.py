@@ -131,3 +131,15 @@ def test_the_health_check_is_measured_and_stored_with_the_hardware(hpc_site, liv
     assert hardware.measured["job"] == job.pk
     assert hardware.speed_per_rate > 0
     assert "all-reduce bus bandwidth" in _stdout(job)
+
+
+@pytest.mark.parametrize("hardware", ["slurm-a100x8", "tsubame-f-node", "pbs-cpu"], ids=["slurm", "tsubame", "pbs"])
+def test_a_payload_that_fails_under_mpirun_on_two_nodes_ends_the_job_failed_with_its_exit_code(hpc_site, live_worker,
+                                                                                               hardware):
+    """Every rank exits 3 on both nodes: the job ends FAILED with exit code 3, not COMPLETED from the record of a
+    node's own task that ended well (Grid Engine writes one accounting record per node's task, the job's last)."""
+    job = _submit(hpc_site, name="mpi-exit-3", script='echo "rank on $(hostname)"; exit 3', walltime="00:10:00",
+                  nodes=2, hardware=HardwareType.objects.get(slug=hardware), launcher="mpirun", procs_per_node=2)
+    assert 'mpirun -npernode 2 -n 4 -hostfile "$KAKEHASHI_JOB_DIR/hosts.txt"' in job.rendered_script
+    job = wait_for(lambda: ended_job(job.pk), timeout=180, message=f"the failing mpirun job on {hardware}")
+    assert (job.state, job.exit_code) == (JobState.FAILED, 3), _story(job)
