@@ -100,6 +100,20 @@ EOF
     queue_conf "$SGE_NODE_QUEUE" "${SGE_NODES[*]}" NONE "${SGE_WHOLE_NODE_TYPES[*]}" $((4 * SGE_SLOTS_PER_NODE)) \
         >"$t/queue_node"
     qconf_put q "$SGE_NODE_QUEUE" "$t/queue_node"
+    sge_node_tmpdirs
+}
+
+# Each node its own TMPDIR base, as real nodes each have their own /tmp. The nodes here share one /tmp, so a job's
+# TMPDIR (/tmp/<job>.<task>.node.q) would be one directory for all its nodes, which each node's execd removes when
+# its part of the job ends: under Open MPI's daemons still starting in it on the other node ("orte_session_dir
+# failed", seen once in a two-node mpirun test). Idempotent; a running cluster gets it too (up.sh).
+sge_node_tmpdirs() {
+    local n
+    for n in "${SGE_NODES[@]}"; do
+        mkdir -p "/tmp/kk-$n" && chmod 1777 "/tmp/kk-$n"
+        qconf -sq "$SGE_NODE_QUEUE" | tr -d '\\ \n' | grep -qF "[$n=/tmp/kk-$n]" ||
+            qconf -mattr queue tmpdir "/tmp/kk-$n" "$SGE_NODE_QUEUE@$n" >/dev/null
+    done
 }
 
 start_sge_node_execds() {

@@ -83,6 +83,7 @@ setup_node_names
 if healthy; then
     # Group areas came after many clusters were set up: a running one gets them too (cheap, idempotent).
     for g in "${DEFAULT_GROUPS[@]}"; do ensure_group_area "$g"; done
+    sge_node_tmpdirs  # came later too
     log "cluster already up and healthy ($((SECONDS - T0))s)"
     exit 0
 fi
