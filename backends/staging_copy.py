@@ -466,35 +466,60 @@ def member_size(size: int) -> int:
 # The login node's side of a tar stream where it has python3: each member written, hashed in the same pass and
 # renamed to its SHA-256 if that is its name (one process, no second pass over the files). Without python3: `tar -x`
 # into a directory of its own, then `openssl dgst` over what it unpacked, then `mv`. Runs in the cache directory,
-# reading the stream on stdin; argv: the group sharing the cache ("" for none) and this stream's token.
+# reading the stream on stdin; argv: the group sharing the cache ("" for none) and this stream's token. It reads the
+# headers itself (tarfile's stream mode took 40 % longer for 10,000 files): only what the worker writes is taken,
+# a regular file named by 64 hex digits under a header whose checksum is right; anything else ends the stream.
 RECEIVER = r"""
-import hashlib, os, re, sys, tarfile
+import hashlib, os, re, sys
 group, token = sys.argv[1], sys.argv[2]
 gid = __import__("grp").getgrnam(group).gr_gid if group else -1
-hexname, buffer = re.compile(r"[0-9a-f]{64}\Z"), bytearray(1 << 20)
+hexname, zeros = re.compile(r"[0-9a-f]{64}\Z"), bytes(512)
+source, buffer = sys.stdin.buffer, bytearray(1 << 20)
 view = memoryview(buffer)
-archive = tarfile.open(fileobj=sys.stdin.buffer, mode="r|")
-for member in archive:
-    name = member.name
-    if not member.isfile() or not hexname.match(name):
+
+
+def fill(n):
+    got = 0
+    while got < n:
+        k = source.readinto(view[got:n])
+        if not k:
+            sys.exit("the stream ended inside a member")
+        got += k
+
+
+while True:
+    header = source.read(512)
+    if len(header) < 512:
+        sys.exit("the stream ended inside a header")
+    if header == zeros:
+        break
+    name = header[:100].split(b"\0", 1)[0].decode("ascii", "replace")
+    try:
+        size = int(header[124:136].split(b"\0", 1)[0].strip() or b"0", 8)
+        checksum = int(header[148:156].split(b"\0", 1)[0].strip() or b"-1", 8)
+    except ValueError:
+        sys.exit("a member's header is not a tar header")
+    if checksum != sum(header[:148]) + 256 + sum(header[156:]):
+        sys.exit("a member's header is damaged (its checksum)")
+    if header[156:157] not in (b"0", b"\0") or not hexname.match(name):
         sys.exit("not a file named by its SHA-256 in the stream: %r" % name[:80])
-    tmp = "%s.part-%s" % (name, token)
-    source, digest, size = archive.extractfile(member), hashlib.sha256(), 0
+    tmp, digest, left = "%s.part-%s" % (name, token), hashlib.sha256(), size
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        while True:
-            n = source.readinto(buffer)
-            if not n:
-                break
+        while left:
+            n = min(left, len(buffer))
+            fill(n)
             digest.update(view[:n])
             done = 0
             while done < n:
                 done += os.write(fd, view[done:n])
-            size += n
+            left -= n
     finally:
         os.close(fd)
+    if size % 512:
+        fill(512 - size % 512)
     got = digest.hexdigest()
-    if got != name or size != member.size:
+    if got != name:
         os.unlink(tmp)
         print("bad", name, got)
         continue
