@@ -164,10 +164,12 @@ class HTTPBody:
             _write_all(fd, data)
             self.left -= len(data)
             moved(len(data))
-        sock = self._conn.sock
+        # The response's own socket: a store that answers HTTP/1.0 or "Connection: close" hands it to the
+        # response, and the connection forgets it (`_conn.sock` is None then).
+        sock = self._response.fp.fileno()
         while self.left > 0:
             try:
-                n = os.splice(sock.fileno(), fd, min(self.left, 1 << 20))
+                n = os.splice(sock, fd, min(self.left, 1 << 20))
             except BlockingIOError:  # the socket has a timeout, so it is non-blocking underneath
                 if not select.select([sock], [], [], self._timeout)[0]:
                     raise TimeoutError(f"the object store sent nothing for {self._timeout:.0f} s") from None

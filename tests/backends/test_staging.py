@@ -727,3 +727,85 @@ def test_a_pack_that_is_damaged_or_gone_costs_nothing_but_time_each_file_comes_f
     assert sorted(listing) == sorted(f.sha256 for f in files)  # nothing else: no part file, no damaged copy
     for f in files[:8]:
         assert _remote(backend, f"sha256sum {cache}/{f.sha256}").split()[0] == f.sha256
+
+
+@pytest.fixture
+def stalling_store():
+    """An HTTP server standing in for a store that serves a pack's range, sends half of it, then nothing for
+    `server.pause` seconds (or for good), then the rest: what a store stuck mid-answer looks like to the worker."""
+    import http.server
+    import threading
+    import time
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the standard library's name
+            start, end = (int(x) for x in self.headers["Range"].removeprefix("bytes=").split("-"))
+            body = server.data[start:end + 1]
+            self.send_response(206)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body[:len(body) // 2])
+            self.wfile.flush()
+            time.sleep(server.pause)
+            self.wfile.write(body[len(body) // 2:])
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server.url = f"http://127.0.0.1:{server.server_address[1]}/pack.tar"
+    yield server
+    server.shutdown()
+
+
+def test_a_pack_whose_store_stalls_keeps_renewing_the_lease_for_a_while_then_gives_up_and_leaves_nothing_behind(
+        cluster_backend, make_spec, monkeypatch, stalling_store):
+    import dataclasses
+    import time
+
+    import backends.staging_copy
+    import backends.transport
+    from backends.base import Packed
+    from backends.staging_copy import TarStream
+    from backends.transport import TransportError
+
+    monkeypatch.setattr(backends.transport, "HEARTBEAT_EVERY", 0.1)
+    cluster_backend.settings["data_cache"] += "-" + os.urandom(3).hex()
+
+    def packed(n: int):
+        files = [_file(f"{i}.bin", os.urandom(300_000)) for i in range(n)]
+        stream = TarStream(files, archive_end=False)
+        stalling_store.data = b"".join(iter(lambda: stream.read(1 << 20), b""))
+        places = {sha: offset for sha, offset, _, _ in stream.members}
+        return [dataclasses.replace(f, packed=Packed("pack.tar", places[f.sha256], lambda: stalling_store.url))
+                for f in files]
+
+    # A pause shorter than the stall limit: the lease is renewed meanwhile, and the files arrive from the pack.
+    stalling_store.pause, beats = 1.5, []
+    files = packed(3)
+    _, report = cluster_backend.stage_data(make_spec("true", datasets=("slow",)), "vision",
+                                           [DataInput("slow", files=files)], heartbeat=lambda: beats.append(1))
+    assert (report.copied_files, report.packed_files) == (3, 3) and len(beats) >= 8
+
+    # A store that stops sending for good: given up after the stall limit, retryable, nothing left half-written.
+    monkeypatch.setattr(backends.staging_copy, "STALL_SECONDS", 1.0)
+    stalling_store.pause = 30
+    stuck = packed(2)
+    with pytest.raises(TransportError, match="stalled: no byte moved for 1 s"):
+        cluster_backend.stage_data(make_spec("true", datasets=("stuck",)), "vision", [DataInput("stuck", files=stuck)])
+    cache = cluster_backend.settings["data_cache"] + "/vision"
+    settle = time.monotonic() + 10
+
+    def leftovers():
+        return [n for n in _remote(cluster_backend, f"ls -A {cache}").split() if ".part-" in n or ".incoming-" in n]
+
+    while leftovers() and time.monotonic() < settle:
+        time.sleep(0.2)
+    listing = _remote(cluster_backend, f"ls -A {cache}").split()
+    # The first file of the stuck pack came whole before the stall (checked, kept); the second never did.
+    assert all(f.sha256 in listing for f in files) and stuck[-1].sha256 not in listing and not leftovers()
+    for f in stuck[:-1]:
+        if f.sha256 in listing:
+            assert _remote(cluster_backend, f"sha256sum {cache}/{f.sha256}").split()[0] == f.sha256
