@@ -118,11 +118,7 @@ def stage(transport: Transport, workdir: str, project: str, datasets: Sequence[D
         relay = {f.sha256 for f in staging_pull.pull(transport, cache, fetched, group, heartbeat)}
         for f in fetched:
             if f.sha256 not in relay:
-                cached[f.sha256] = f.size
-                report.copied_files += 1
-                report.copied_bytes += f.size
-                report.pulled_files += 1
-                report.pulled_bytes += f.size
+                _arrived(report, cached, f, "pulled")
         todo = [f for f in todo if f.presign is None or f.sha256 in relay]
     # Small files that sit in packs: a few ranged GETs of the packs for many files (docs/decisions/0062); what
     # does not arrive whole that way goes its own way below.
@@ -133,11 +129,7 @@ def stage(transport: Transport, workdir: str, project: str, datasets: Sequence[D
         again = {f.sha256 for f in failed}
         for f in group_of_files:
             if f.sha256 not in again:
-                cached[f.sha256] = f.size
-                report.copied_files += 1
-                report.copied_bytes += f.size
-                report.packed_files += 1
-                report.packed_bytes += f.size
+                _arrived(report, cached, f, "packed")
     todo.sort(key=lambda f: f.sha256)
     large = [f for f in todo if f.size >= staging_copy.LARGE_FILE]
     batches = _batches([f for f in todo if f.size < staging_copy.LARGE_FILE])
@@ -154,14 +146,22 @@ def stage(transport: Transport, workdir: str, project: str, datasets: Sequence[D
         else:
             staging_copy.copy_batch(transport, cache, missing, group, heartbeat)
         for f in missing:
-            cached[f.sha256] = f.size
-            report.copied_files += 1
-            report.copied_bytes += f.size
+            _arrived(report, cached, f)
     report.reused_files = len(files) - report.copied_files
     report.reused_bytes = sum(f.size for f in files.values()) - report.copied_bytes
     _link(transport, workdir, cache, where, datasets)
     report.in_place = sum(1 for d in datasets if d.cluster_path)
     return report
+
+
+def _arrived(report: StagingReport, cached: dict[str, int], f, how: str = "") -> None:
+    """`f` is in the cache now: counted as copied, and as `how` it came ("pulled", "packed") where that is counted."""
+    cached[f.sha256] = f.size
+    report.copied_files += 1
+    report.copied_bytes += f.size
+    if how:
+        setattr(report, f"{how}_files", getattr(report, f"{how}_files") + 1)
+        setattr(report, f"{how}_bytes", getattr(report, f"{how}_bytes") + f.size)
 
 
 def _run(transport: Transport, command: str, what: str, timeout: float | None = None) -> CommandResult:

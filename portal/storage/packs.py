@@ -30,6 +30,7 @@ from backends.staging_copy import FETCH_WHOLE, TarStream, member_size
 from portal.projects.models import Project
 from portal.storage import objectstore
 from portal.storage.models import FileState, Pack, PackMember, PackState, StoredFile
+from portal.storage.uploads import delete_object_quietly
 
 log = logging.getLogger(__name__)
 
@@ -165,10 +166,7 @@ def _drop(packs) -> int:
 
 def _delete_quietly(names: list[str]) -> None:
     for name in names:
-        try:
-            objectstore.delete_object(name)
-        except objectstore.ObjectStoreError:
-            log.warning("could not delete the pack %s from the store: it stays there", name, exc_info=True)
+        delete_object_quietly(name)
 
 
 def places(project: Project, files) -> dict[str, Packed]:

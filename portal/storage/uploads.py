@@ -348,7 +348,7 @@ def delete_object_quietly(key: str) -> None:
     try:
         objectstore.delete_object(key)
     except objectstore.ObjectStoreError:
-        log.warning("could not delete the replaced object %s", key, exc_info=True)
+        log.warning("could not delete the object %s from the store: it stays there", key, exc_info=True)
 
 
 def _abort(session: UploadSession, reason: str) -> None:
