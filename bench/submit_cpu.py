@@ -90,7 +90,10 @@ def _run() -> int:
 
     from portal.api.tokens import issue_token
     from portal.budgets.models import Budget
-    from portal.dev.loopback import DEFAULT_STATE, link_researchers, register_clusters
+    try:
+        from portal.dev.loopback import DEFAULT_STATE, link_researchers, register_clusters
+    except ImportError:  # a "before" from when the loopback helpers lived in accounts (issue 29 moved them)
+        from portal.accounts.loopback import DEFAULT_STATE, link_researchers, register_clusters
     from portal.projects.models import Project
 
     project = Project.objects.create(slug="bench", name="Bench")

@@ -8,7 +8,8 @@ and the schema names each once; the sections below follow the API's resources.
 from __future__ import annotations
 
 import json
-from typing import Any
+import threading
+from typing import Any, ClassVar
 
 from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
@@ -79,6 +80,58 @@ def absolute_url(context: dict, viewname: str, *args: Any) -> str:
     path = reverse(viewname, args=args)
     request = context.get("request")
     return request.build_absolute_uri(path) if request is not None else path
+
+
+class AnswerSerializer(serializers.Serializer):
+    """An answer whose fields are copied and bound once per class, not once per answer (a submit's answer: ~40).
+
+    DRF deep-copies every declared field for each serializer it builds, which was a tenth of a submit request's CPU
+    (issue 28, goal 4a). An answer only reads, and a plain field's `to_representation` depends on the value alone,
+    not on its parent: one bound set serves every answer of the class. Method fields are called on the answer's own
+    serializer, so they see its context (the request, for absolute links). A class with a field that reads its
+    parent's context (a nested serializer, a related field) is answered by DRF's own path: `plan` is None for it.
+    Reading only: validation still binds fresh fields (`fields`), and the schema reads the declared ones.
+    """
+
+    _plans: ClassVar[dict[type, list | None]] = {}
+    _plans_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    @classmethod
+    def plan(cls) -> list[tuple[str, serializers.Field | None, str | None]] | None:
+        """(name, bound field or None, method name or None) for each readable field; None: no plan (see above)."""
+        if cls not in AnswerSerializer._plans:
+            with AnswerSerializer._plans_lock:
+                fields = list(cls().fields.values())
+                plan: list | None = []
+                for field in fields:
+                    if field.write_only:
+                        continue
+                    if isinstance(field, serializers.BaseSerializer | serializers.RelatedField
+                                  | serializers.ManyRelatedField):
+                        plan = None
+                        break
+                    if isinstance(field, serializers.SerializerMethodField):
+                        plan.append((field.field_name, None, field.method_name))
+                    else:
+                        plan.append((field.field_name, field, None))
+                AnswerSerializer._plans[cls] = plan
+        return AnswerSerializer._plans[cls]
+
+    def to_representation(self, instance) -> dict[str, Any]:
+        plan = self.plan()
+        if plan is None:
+            return super().to_representation(instance)
+        answer: dict[str, Any] = {}
+        for name, field, method in plan:  # as Serializer.to_representation, with the class's bound fields
+            if method is not None:
+                answer[name] = getattr(self, method)(instance)
+                continue
+            try:
+                value = field.get_attribute(instance)
+            except serializers.SkipField:
+                continue
+            answer[name] = None if value is None else field.to_representation(value)
+        return answer
 
 
 # ----------------------------------------------------------------------------------------------- catalog
@@ -279,7 +332,7 @@ class ArtifactSerializer(serializers.Serializer):
 JOB_STATES = [("draft", "Draft (dry run)"), *JobState.choices]
 
 
-class JobSerializer(serializers.Serializer):
+class JobSerializer(AnswerSerializer):
     """A job as the API shows it. `script` is the exact job script handed (or to be handed) to the scheduler."""
 
     id = serializers.IntegerField(allow_null=True, help_text="null for a dry run")

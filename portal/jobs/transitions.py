@@ -245,6 +245,7 @@ class _Postgres:
     """One statement per verb, whatever the number of jobs: arrays unnested, events inserted beside the UPDATE."""
 
     _EVENT_COLUMNS = ("job", "from_state", "to_state", "at", "cause", "reason", "data", "actor")
+    _job_insert_made: tuple[str, list] | None = None
 
     def _quote(self, name: str) -> str:
         return connection.ops.quote_name(name)
@@ -279,24 +280,33 @@ class _Postgres:
     def _insert_jobs(self, jobs) -> tuple[str, list]:
         """INSERT INTO job (every column but id) SELECT * FROM unnest(one array per column), and its parameters."""
         now = timezone.now()
-        columns, params = [], []
-        for column in Job._meta.concrete_fields:
-            if column.primary_key:
-                continue
-            if getattr(column, "auto_now", False) or getattr(column, "auto_now_add", False):
+        sql, columns = self._job_insert()
+        params = []
+        for column, stamped, json in columns:
+            if stamped:
                 for job in jobs:
                     setattr(job, column.attname, now)
                 values = [now] * len(jobs)
-            elif column.get_internal_type() == "JSONField":  # adapted by the field (psycopg's Jsonb)
+            elif json:  # adapted by the field (psycopg's Jsonb)
                 values = [column.get_db_prep_save(getattr(job, column.attname), connection) for job in jobs]
             else:
                 values = [_plain(getattr(job, column.attname)) for job in jobs]
-            columns.append((column.column, column.db_type(connection)))
             params.append(values)
-        names = ", ".join(self._quote(column) for column, _ in columns)
-        arrays = ", ".join(f"%s::{db_type}[]" for _, db_type in columns)
-        # Identifiers come from the model's own meta; every value is a bound parameter.
-        return f"INSERT INTO {self._quote(Job._meta.db_table)} ({names}) SELECT * FROM unnest({arrays})", params  # noqa: S608
+        return sql, params
+
+    def _job_insert(self) -> tuple[str, list[tuple[Any, bool, bool]]]:
+        """The INSERT's SQL and its columns (field, set to now, JSON), made once per process: reading the model's
+        meta for each of its ~50 columns was a twentieth of a submit request's CPU (issue 28, goal 4a)."""
+        if self._job_insert_made is None:
+            columns = [(column, bool(getattr(column, "auto_now", False) or getattr(column, "auto_now_add", False)),
+                        column.get_internal_type() == "JSONField")
+                       for column in Job._meta.concrete_fields if not column.primary_key]
+            names = ", ".join(self._quote(column.column) for column, _, _ in columns)
+            arrays = ", ".join(f"%s::{column.db_type(connection)}[]" for column, _, _ in columns)
+            # Identifiers come from the model's own meta; every value is a bound parameter.
+            sql = f"INSERT INTO {self._quote(Job._meta.db_table)} ({names}) SELECT * FROM unnest({arrays})"  # noqa: S608
+            self._job_insert_made = (sql, columns)
+        return self._job_insert_made
 
     def _type(self, name: str) -> str:
         return JobEvent._meta.get_field(name).db_type(connection)

@@ -215,6 +215,35 @@ def test_one_job(alice_api, alice_job):
     assert answer["url"].endswith(f"/jobs/{alice_job.pk}/")
 
 
+def test_a_job_reads_the_same_in_its_submit_answer_its_page_and_the_list_as_drf_itself_renders_it(alice_api, alice_job):
+    # Answers are built from fields bound once per class (portal/api/serializers.py AnswerSerializer): the same keys
+    # and values as DRF's own rendering, down to the absolute links, for a job with outputs too.
+    from django.test import RequestFactory
+    from rest_framework import serializers as drf
+
+    from portal.api.serializers import AnswerSerializer, JobSerializer, SubmissionSerializer
+    from portal.jobs.actions.submit import Submission
+    from portal.jobs.models import JobArtifact
+
+    submitted = alice_api.post(JOBS, job_body(name="again")).json()
+    JobArtifact.objects.create(job=alice_job, path="model.pt", size=3, stored_name="artifacts/model.pt")
+    one = alice_api.get(f"{JOBS}{alice_job.pk}/").json()
+    assert one["outputs"][0]["path"] == "model.pt" and one["outputs"][0]["url"].startswith("http://testserver/")
+    job_keys = set(one) - {"gpu"}  # a job's own page adds its GPU samples
+    assert set(submitted) == job_keys | {"dry_run", "created", "warnings", "budget", "places"}
+    assert set(alice_api.get(JOBS).json()["results"][0]) == job_keys
+
+    context = {"request": RequestFactory().get("/"), "dry_run": False,
+               "submission": Submission.recorded(Job.objects.get(name="again"))}
+    for job in Job.objects.all():
+        for answer in (SubmissionSerializer, JobSerializer):
+            ours = answer(job, context=context)
+            assert ours.data == drf.Serializer.to_representation(answer(context=context), job)
+    assert SubmissionSerializer.plan() is not None and JobSerializer.plan() is not None
+    # A nested serializer reads its parent's context: such a class is answered by DRF's own path.
+    assert type("Nested", (AnswerSerializer,), {"inner": JobSerializer()}).plan() is None
+
+
 def test_another_projects_job_is_not_found_to_read_cancel_or_log(mallory_api, alice_job):
     assert mallory_api.get(JOBS).json()["count"] == 0
     for response in (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 import yaml
@@ -21,6 +22,23 @@ def test_each_token_is_rate_limited_with_a_429_and_retry_after(local_site, api_a
     assert int(refused["Retry-After"]) > 0
     # Another token of the same person has its own allowance.
     assert api_as(local_site.alice, "read").get("/api/v1/projects/").status_code == 200
+
+
+def test_a_tokens_allowance_comes_back_when_its_window_closes(local_site, api_as, settings):
+    settings.KAKEHASHI_API_RATE = "2/s"
+    busy = api_as(local_site.alice, "read")
+    assert [busy.get("/api/v1/projects/").status_code for _ in range(3)] == [200, 200, 429]
+    time.sleep(2.1)  # Redis counts in whole seconds: the window closes within two
+    assert busy.get("/api/v1/projects/").status_code == 200
+
+
+def test_without_redis_the_local_cache_counts_the_same_allowance(local_site, api_as, settings):
+    # `make run` has no Redis: its one web process counts in local memory.
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    settings.KAKEHASHI_API_RATE = "3/min"
+    busy = api_as(local_site.alice, "read")
+    assert [busy.get("/api/v1/projects/").status_code for _ in range(4)] == [200, 200, 200, 429]
+    assert 0 < int(busy.get("/api/v1/projects/")["Retry-After"]) <= 60
 
 
 def test_a_browser_session_is_limited_per_user(client, local_site, settings):
