@@ -38,14 +38,14 @@ class CompiledRead:
             compiled = self._compile(values)
             with self._lock:
                 self._cache[shape] = compiled
-        compiler, sql, slots, constants = compiled
+        compiler, sql, slots, constants, converters = compiled
         params = [values[slot] if slot is not None else constant for slot, constant in zip(slots, constants, strict=True)]
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchmany(1)
         if not rows:
             return None
-        return self._model(compiler, connection.alias, rows)
+        return self._model(compiler, connection.alias, rows[0], converters)
 
     def _compile(self, values: dict[str, Any]) -> tuple:
         stand_ins: dict[Any, str] = {}
@@ -65,16 +65,21 @@ class CompiledRead:
         slots = [stand_ins.get(p) if isinstance(p, int | str) and not isinstance(p, bool) else None for p in params]
         if set(slots) - {None} != set(stand_ins.values()):
             raise ValueError(f"a value of {sorted(stand_ins.values())} is not a plain parameter of the compiled SQL")
-        return compiler, sql, slots, list(params)
+        # What turns the row's values into the fields' (as SQLCompiler.results_iter finds them for every row it reads).
+        selected = [column[0] for column in compiler.select[0:compiler.col_count]]
+        if compiler.has_composite_fields(selected):
+            raise ValueError("a composite primary key is not read by a compiled read")
+        return compiler, sql, slots, list(params), compiler.get_converters(selected)
 
     @staticmethod
-    def _model(compiler, db: str, rows: list) -> Model:
-        """The first row as a model, as django.db.models.query.ModelIterable builds it."""
+    def _model(compiler, db: str, row: tuple, converters: dict) -> Model:
+        """A row as a model, as django.db.models.query.ModelIterable builds it."""
         select, klass_info, annotation_col_map = compiler.select, compiler.klass_info, compiler.annotation_col_map
         model_cls = klass_info["model"]
         start, end = klass_info["select_fields"][0], klass_info["select_fields"][-1] + 1
         init_list = [f[0].target.attname for f in select[start:end]]
-        row = next(iter(compiler.results_iter(results=[rows])))
+        if converters:
+            row = next(compiler.apply_converters([row], converters))
         obj = model_cls.from_db(db, init_list, row[start:end])
         for populator in get_related_populators(klass_info, select, db):
             populator.populate(row, obj)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any, ClassVar
+from typing import Any
 
 from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
@@ -82,55 +82,65 @@ def absolute_url(context: dict, viewname: str, *args: Any) -> str:
     return request.build_absolute_uri(path) if request is not None else path
 
 
-class AnswerSerializer(serializers.Serializer):
-    """An answer whose fields are copied and bound once per class, not once per answer (a submit's answer: ~40).
+_bound: dict[type, Any] = {}  # serializer class → its fields bound once (a BindingDict), or None: not shareable
+_bound_lock = threading.Lock()
 
-    DRF deep-copies every declared field for each serializer it builds, which was a tenth of a submit request's CPU
-    (issue 28, goal 4a). An answer only reads, and a plain field's `to_representation` depends on the value alone,
-    not on its parent: one bound set serves every answer of the class. Method fields are called on the answer's own
-    serializer, so they see its context (the request, for absolute links). A class with a field that reads its
-    parent's context (a nested serializer, a related field) is answered by DRF's own path: `plan` is None for it.
-    Reading only: validation still binds fresh fields (`fields`), and the schema reads the declared ones.
+
+def bound_once(cls: type[serializers.Serializer]):
+    """The fields of `cls`, copied and bound once per process; None where they cannot be shared between requests.
+
+    DRF deep-copies and binds every declared field for each serializer it builds: a tenth of a submit request's CPU
+    (~40 fields in the answer, ~15 in the body; issue 28, goal 4a). A plain field keeps no state of a request: it
+    validates or renders the value it is given, and DRF's own fields read nothing of their parent but the root's
+    `partial`, which these serializers never set. A nested serializer or a related field does read its parent (its
+    context, the instance): a class with one gets None and DRF's own per-instance fields.
+    """
+    if cls not in _bound:
+        with _bound_lock:
+            if cls not in _bound:
+                fields = serializers.Serializer.fields.func(cls())  # DRF's own binding, to a serializer of the class
+                shareable = not any(isinstance(field, serializers.BaseSerializer | serializers.RelatedField
+                                               | serializers.ManyRelatedField) for field in fields.values())
+                _bound[cls] = fields if shareable else None
+    return _bound[cls]
+
+
+class BodySerializer(serializers.Serializer):
+    """A request body's serializer that validates with its class's fields bound once (`bound_once`)."""
+
+    @property
+    def fields(self):
+        shared = bound_once(type(self))
+        if shared is not None:
+            return shared
+        if "_own_fields" not in self.__dict__:
+            self.__dict__["_own_fields"] = serializers.Serializer.fields.func(self)
+        return self.__dict__["_own_fields"]
+
+
+class AnswerSerializer(serializers.Serializer):
+    """An answer rendered with its class's fields bound once (`bound_once`), not once per answer.
+
+    Method fields are called on the answer's own serializer, so they see its context (the request, for absolute
+    links). Reading only: `fields` stays DRF's, so the schema and any validation see fresh fields.
     """
 
-    _plans: ClassVar[dict[type, list | None]] = {}
-    _plans_lock: ClassVar[threading.Lock] = threading.Lock()
-
-    @classmethod
-    def plan(cls) -> list[tuple[str, serializers.Field | None, str | None]] | None:
-        """(name, bound field or None, method name or None) for each readable field; None: no plan (see above)."""
-        if cls not in AnswerSerializer._plans:
-            with AnswerSerializer._plans_lock:
-                fields = list(cls().fields.values())
-                plan: list | None = []
-                for field in fields:
-                    if field.write_only:
-                        continue
-                    if isinstance(field, serializers.BaseSerializer | serializers.RelatedField
-                                  | serializers.ManyRelatedField):
-                        plan = None
-                        break
-                    if isinstance(field, serializers.SerializerMethodField):
-                        plan.append((field.field_name, None, field.method_name))
-                    else:
-                        plan.append((field.field_name, field, None))
-                AnswerSerializer._plans[cls] = plan
-        return AnswerSerializer._plans[cls]
-
     def to_representation(self, instance) -> dict[str, Any]:
-        plan = self.plan()
-        if plan is None:
+        shared = bound_once(type(self))
+        if shared is None:
             return super().to_representation(instance)
         answer: dict[str, Any] = {}
-        for name, field, method in plan:  # as Serializer.to_representation, with the class's bound fields
-            if method is not None:
-                answer[name] = getattr(self, method)(instance)
+        for field in shared.values():  # as Serializer.to_representation does, with the shared fields
+            if field.write_only:
+                continue
+            if isinstance(field, serializers.SerializerMethodField):
+                answer[field.field_name] = getattr(self, field.method_name)(instance)
                 continue
             try:
                 value = field.get_attribute(instance)
             except serializers.SkipField:
                 continue
-            answer[name] = None if value is None else field.to_representation(value)
+            answer[field.field_name] = None if value is None else field.to_representation(value)
         return answer
 
 
@@ -254,7 +264,7 @@ class FlexibleJSONField(serializers.JSONField):
         return super().to_internal_value(data)
 
 
-class JobSubmitSerializer(serializers.Serializer):
+class JobSubmitSerializer(BodySerializer):
     project = serializers.CharField(help_text="project slug")
     name = serializers.CharField(help_text="letters, digits, '-', '_' and '.', e.g. train-resnet")
     hardware = serializers.CharField(required=False, allow_null=True, help_text="hardware slug (GET /api/v1/hardware/)")
