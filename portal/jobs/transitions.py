@@ -15,14 +15,18 @@ from what the UPDATE returns: docs/decisions/0024); on `make run`'s SQLite the p
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from enum import Enum
 from typing import Any, Protocol
+from uuid import UUID
 
 from django.db import connection
 from django.utils import timezone
+from psycopg.types.json import Jsonb
 
 from portal import enqueue
 from portal.audit.actions import record, record_each_sql
@@ -199,6 +203,22 @@ def _plain(value: Any) -> Any:
     return value.value if isinstance(value, Enum) else value
 
 
+def _json_value(value: Any) -> Any:
+    """What JSON cannot carry as it is, as PostgreSQL reads it for the column: full ISO times (DjangoJSONEncoder
+    would cut them to milliseconds), decimals and UUIDs as text."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Decimal | UUID):
+        return str(value)
+    if isinstance(value, Enum):
+        return value.value
+    raise TypeError(f"a job column holds a {type(value).__name__}, which the insert cannot carry as JSON")
+
+
+def _row_json(rows: Any) -> str:
+    return json.dumps(rows, default=_json_value)
+
+
 def _actor_id(event: Event) -> int | None:
     return getattr(event.actor, "pk", None)
 
@@ -278,33 +298,35 @@ class _Postgres:
             job._state.adding, job._state.db = False, connection.alias
 
     def _insert_jobs(self, jobs) -> tuple[str, list]:
-        """INSERT INTO job (every column but id) SELECT * FROM unnest(one array per column), and its parameters."""
+        """INSERT INTO job (every column but id) SELECT them FROM jsonb_populate_recordset(the rows as one JSON
+        array), and its one parameter.
+
+        One parameter, not one array per column: a driver that binds on the client quotes every parameter in Python,
+        and ~50 arrays cost a submit request more CPU than the JSON (issue 28, goal 4a). PostgreSQL parses each
+        value as the column's type, as it parses an array's: times in ISO 8601 with their offset, decimals as text,
+        JSON columns as they are, JSON null as SQL NULL (a JSONField's None)."""
         now = timezone.now()
         sql, columns = self._job_insert()
-        params = []
-        for column, stamped, json in columns:
-            if stamped:
-                for job in jobs:
+        rows = []
+        for job in jobs:
+            row = {}
+            for column, stamped in columns:
+                if stamped:
                     setattr(job, column.attname, now)
-                values = [now] * len(jobs)
-            elif json:  # adapted by the field (psycopg's Jsonb)
-                values = [column.get_db_prep_save(getattr(job, column.attname), connection) for job in jobs]
-            else:
-                values = [_plain(getattr(job, column.attname)) for job in jobs]
-            params.append(values)
-        return sql, params
+                row[column.column] = getattr(job, column.attname)
+            rows.append(row)
+        return sql, [Jsonb(rows, dumps=_row_json)]
 
-    def _job_insert(self) -> tuple[str, list[tuple[Any, bool, bool]]]:
-        """The INSERT's SQL and its columns (field, set to now, JSON), made once per process: reading the model's
-        meta for each of its ~50 columns was a twentieth of a submit request's CPU (issue 28, goal 4a)."""
+    def _job_insert(self) -> tuple[str, list[tuple[Any, bool]]]:
+        """The INSERT's SQL and its columns (field, set to now), made once per process: reading the model's meta for
+        each of its ~50 columns was a twentieth of a submit request's CPU (issue 28, goal 4a)."""
         if self._job_insert_made is None:
-            columns = [(column, bool(getattr(column, "auto_now", False) or getattr(column, "auto_now_add", False)),
-                        column.get_internal_type() == "JSONField")
+            columns = [(column, bool(getattr(column, "auto_now", False) or getattr(column, "auto_now_add", False)))
                        for column in Job._meta.concrete_fields if not column.primary_key]
-            names = ", ".join(self._quote(column.column) for column, _, _ in columns)
-            arrays = ", ".join(f"%s::{column.db_type(connection)}[]" for column, _, _ in columns)
-            # Identifiers come from the model's own meta; every value is a bound parameter.
-            sql = f"INSERT INTO {self._quote(Job._meta.db_table)} ({names}) SELECT * FROM unnest({arrays})"  # noqa: S608
+            names = ", ".join(self._quote(column.column) for column, _ in columns)
+            table = self._quote(Job._meta.db_table)
+            # Identifiers come from the model's own meta; every value is in the bound parameter.
+            sql = f"INSERT INTO {table} ({names}) SELECT {names} FROM jsonb_populate_recordset(NULL::{table}, %s)"  # noqa: S608
             self._job_insert_made = (sql, columns)
         return self._job_insert_made
 

@@ -76,3 +76,20 @@ def test_the_portable_writer_leaves_the_rows_the_postgresql_writer_leaves(local_
     assert [row[1] for row in jobs] == ["pending", "running", "failed"]
     assert [event[3] for event in history if event[0] == "·0"] == [
         Cause.SUBMITTED, Cause.DISPATCHED, Cause.DISPATCHED, Cause.CANCEL_REQUESTED]
+
+
+def test_a_recorded_job_reads_back_as_it_was_prepared_to_the_microsecond(local_site, no_live_worker):
+    # The PostgreSQL writer sends the new rows as one JSON parameter: every column must read back as the job in
+    # memory holds it (times with their microseconds, the estimate's decimals, JSON columns, a null notebook).
+    jobs = [prepare_job(local_site.alice, JobRequest(
+        project=local_site.project, name=f"exact{n}", script="echo 'quotes' \"and\" \\back\n\tand tabs é",
+        hardware=local_site.hardware, walltime="00:05:00", env={"LR": "0.1", "NOTE": "日本"},
+        parameters={"lr": 0.5, "layers": [1, 2], "nested": {"on": True, "off": None}})).job for n in range(2)]
+    with transaction.atomic():
+        record_jobs(jobs, events.submitted(local_site.alice), dispatch=[])
+    for job in jobs:
+        stored = Job.objects.get(pk=job.pk)
+        for column in Job._meta.concrete_fields:
+            assert getattr(stored, column.attname) == getattr(job, column.attname), column.name
+        assert stored.created_at.microsecond == job.created_at.microsecond and stored.notebook is None
+        assert stored.estimate_amount == job.estimate_amount and stored.estimate_amount is not None
