@@ -22,8 +22,9 @@ def test_a_compiled_read_answers_the_querysets_model_with_its_related_row_and_an
     hardware = HardwareType.objects.get(cluster=local_site.cluster)
     hardware.measured = {"bandwidth": {"GB/s": 1.5}}  # JSON and a decimal rate: converted as Django converts them
     hardware.save(update_fields=["measured"])
-    build = (lambda slug, cluster: HardwareType.objects.filter(slug=slug, cluster_id=cluster)
-             .select_related("cluster").annotate(label=Value("x")))
+    def build(slug, cluster):
+        return HardwareType.objects.filter(slug=slug, cluster_id=cluster).select_related("cluster").annotate(label=Value("x"))
+
     read = CompiledRead(build, slug=str, cluster=int)
     for _ in range(2):  # the second read sends the SQL compiled by the first
         with CaptureQueriesContext(connection) as sent:
