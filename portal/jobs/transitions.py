@@ -11,6 +11,9 @@
 Everything runs in the caller's transaction. How rows reach the database is one private writer, chosen once
 (`_writer`): on PostgreSQL each verb is one statement however many jobs (arrays unnested, the events inserted
 from what the UPDATE returns: docs/decisions/0024); on `make run`'s SQLite the portable ORM way, same rows.
+
+Why one module: it is the only code that writes a job's state, and its two writers must leave the same rows
+(tests/jobs/test_transitions_writers.py); kept side by side, a change to one verb shows in both.
 """
 
 from __future__ import annotations
