@@ -380,13 +380,15 @@ def test_a_slurm_controller_that_stops_answering_fails_no_job_and_records_the_on
 
     port, _, _, controller, _ = private_login_node
     cluster, submit, on_scheduler = _private_cluster(hpc_site, cluster_keys, test_cluster, port)
-    running = submit("queued-through", "sleep 40")
+    running = submit("queued-through", "sleep 300")  # cancelled at the end
     assert dispatch_job(running.pk).status == "submitted"
-    ending = submit("ends-in-the-outage", "sleep 12")
+    # Long enough to be seen running by a tracking cycle on a loaded machine (it ran 12 s, and was once seen only
+    # pending, then ended), short enough to end within the outage's wait below.
+    ending = submit("ends-in-the-outage", "sleep 30")
     assert dispatch_job(ending.pk).status == "submitted"
     waiting = submit("submitted-after", "echo after the outage")
     wait_for(lambda: tracking.track_cluster(cluster.pk).error == "" and Job.objects.get(pk=ending.pk).state
-             == JobState.RUNNING, timeout=60, interval=1, message="the short job to be seen running")
+             == JobState.RUNNING, timeout=180, interval=1, message="the short job to be seen running")
     since = _answered(cluster)
     ending.refresh_from_db()
     try:
@@ -515,13 +517,13 @@ def test_a_grid_engine_qmaster_that_stops_answering_fails_no_job_and_records_the
 
     port, _, _, _, qmaster = private_login_node
     cluster, submit, on_scheduler = _private_cluster(hpc_site, cluster_keys, test_cluster, port, kind="sge")
-    running = submit("queued-through", "sleep 40")
+    running = submit("queued-through", "sleep 300")  # cancelled at the end, as `waiting` is
     assert dispatch_job(running.pk).status == "submitted"
-    ending = submit("ends-in-the-outage", "sleep 12")
+    ending = submit("ends-in-the-outage", "sleep 30")  # seen running on a loaded machine, ended within the outage
     assert dispatch_job(ending.pk).status == "submitted"
-    waiting = submit("submitted-after", "sleep 20")
+    waiting = submit("submitted-after", "sleep 300")
     wait_for(lambda: tracking.track_cluster(cluster.pk).error == "" and Job.objects.get(pk=ending.pk).state
-             == JobState.RUNNING, timeout=60, interval=1, message="the short job to be seen running")
+             == JobState.RUNNING, timeout=180, interval=1, message="the short job to be seen running")
     since = _answered(cluster)
     ending.refresh_from_db()
     try:
