@@ -20,7 +20,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 RECORDED = Path(__file__).parents[1] / "backends" / "fixtures" / "nvidia_smi" / "sampler-tsubame-sgenode01.log"
 
 
-def test_status_shows_gpu_use_and_keep_keeps_the_job_running(logged_in, local_site):
+def test_status_shows_gpu_use_and_keep_keeps_the_job_running(logged_in, local_site, no_live_worker):
+    # No live worker: its beat would fetch this job's samples (there are none on the local cluster for job "x") and
+    # replace the recorded ones this test reads back.
     hardware = HardwareType.objects.create(cluster=local_site.cluster, slug="local-h100x2", name="Two H100",
                                            gpu_model="h100", gpus_per_node=2, cpus_per_node=2, max_nodes=1,
                                            rate="10", rate_unit="points")
