@@ -32,6 +32,19 @@ def test_a_tokens_allowance_comes_back_when_its_window_closes(local_site, api_as
     assert busy.get("/api/v1/projects/").status_code == 200
 
 
+def test_a_rate_limit_list_left_in_the_cache_by_the_earlier_throttle_does_not_break_requests(local_site, api_as):
+    # Before the window counter, DRF kept a pickled list of request times under the throttle's key; after an
+    # upgrade it may still be there for a minute.
+    from django.core.cache import cache
+
+    from portal.api.models import ApiToken
+
+    busy = api_as(local_site.alice, "read")
+    token = ApiToken.objects.filter(user=local_site.alice).latest("pk")
+    cache.set(f"throttle_token_token-{token.pk}", [time.time()] * 3, 60)
+    assert busy.get("/api/v1/projects/").status_code == 200
+
+
 def test_without_redis_the_local_cache_counts_the_same_allowance(local_site, api_as, settings):
     # `make run` has no Redis: its one web process counts in local memory.
     settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
