@@ -63,7 +63,7 @@ test: dev-venv torch system-deps hub-deps cluster-harness
 	$(BIN)/python -m pytest $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)
 
 system-deps:
-	tests/system-deps.sh chromium fonts-ipafont-gothic xmlsec1
+	tests/system-deps.sh chromium-headless-shell fonts-ipafont-gothic xmlsec1
 
 ## hub-deps: configurable-http-proxy for the JupyterHub tests, from npm as jupyterhub/package-lock.json pins it
 hub-deps: jupyterhub/node_modules/.package-lock.json

@@ -44,7 +44,7 @@ KINDS = [
     (r"train\.py|torchrun", TRAINING),
     (r"papermill", "jobs: notebooks (papermill)"),
 ]
-BY_NAME = {"chromium": "Chromium", "postgres": "PostgreSQL", "weed": "SeaweedFS", "kakehashi": "the CLI",
+BY_NAME = {"chromium": "Chromium", "chromium-headle": "Chromium", "headless_shell": "Chromium", "postgres": "PostgreSQL", "weed": "SeaweedFS", "kakehashi": "the CLI",
            "jupyterhub-sing": LAB, "pt_elastic": TRAINING, "node": DRIVER, "node-MainThread": DRIVER}
 
 
@@ -102,6 +102,12 @@ def _kind(name: str, line: str) -> str:
     return BY_NAME.get(name, name)
 
 
+def _shape(line: str) -> str:
+    """A command line with what changes between runs of one command (numbers, temporary paths) folded."""
+    line = re.sub(r"/tmp/[^ ]*", "/tmp/…", line)
+    return re.sub(r"\d+", "N", line).strip()
+
+
 def _ended(account: bytes):
     """(pid, name, CPU seconds) of each acct_v3 record: a process that ended while accounting was on."""
     for offset in range(0, len(account) - RECORD + 1, RECORD):
@@ -131,15 +137,20 @@ def measure(command: list[str]) -> tuple[int, str]:
         records = Path(account.name).read_bytes()
     by_kind: collections.Counter[str] = collections.Counter()
     count: collections.Counter[str] = collections.Counter()
+    by_line: collections.Counter[tuple[str, str]] = collections.Counter()
     for pid, name, seconds in _ended(records):
-        kind = _kind(name, lines.lines.get(pid, ""))
+        line = lines.lines.get(pid, "")
+        kind = _kind(name, line)
         by_kind[kind] += seconds
         count[kind] += 1
+        by_line[kind, _shape(line) or name] += seconds
     for pid, (name, start, cpu) in after.items():  # still running: what it spent during the command
         earlier = before.get(pid)
         spent = cpu - (earlier[2] if earlier and earlier[1] == start else 0)
         if spent > 0.05:
-            by_kind[_kind(name, lines.lines.get(pid, ""))] += spent
+            line = lines.lines.get(pid, "")
+            by_kind[_kind(name, line)] += spent
+            by_line[_kind(name, line), _shape(line) or name] += spent
     total, idle = ended[0] - started[0], ended[1] - started[1]
     report = [f"# CPU of the whole machine while `{' '.join(command)}` ran ({os.cpu_count()} cores)", "",
               f"wall {wall:.0f} s, exit {code}; CPU time {total:.0f} s: busy {total - idle:.0f} s, "
@@ -147,6 +158,11 @@ def measure(command: list[str]) -> tuple[int, str]:
               "| ---: | ---: | ---: | --- |"]
     report += [f"| {seconds:.1f} | {seconds / (total - idle):.0%} | {count[kind]} | {kind} |"
                for kind, seconds in by_kind.most_common(25)]
+    # Within the largest kinds, which command lines spent it (numbers, ports and temporary paths folded together).
+    report += ["", "| CPU s | command line (the costliest within the largest kinds) |", "| ---: | --- |"]
+    top_kinds = {kind for kind, _ in by_kind.most_common(8)}
+    report += [f"| {seconds:.1f} | {kind[:20]}: `{line[:150]}` |"
+               for (kind, line), seconds in by_line.most_common(400) if kind in top_kinds and seconds >= 3][:60]
     return code, "\n".join(report)
 
 

@@ -26,8 +26,12 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_play
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
 PASSWORD = "pw-for-tests-123"  # tests/conftest.py make_user's default
-# /usr/lib/chromium/chromium is the binary behind Debian's /usr/bin/chromium wrapper script and starts faster.
-CHROMIUM_CANDIDATES = [os.environ.get("KAKEHASHI_CHROMIUM", ""), "/usr/lib/chromium/chromium", "/usr/bin/chromium"]
+# Chromium's headless shell (Debian's chromium-headless-shell, what Playwright itself runs for headless=True): the same
+# Blink without the browser's own interface, so 7 processes a page instead of 15 and about 40 % less CPU for the same
+# walk (docs/decisions/0064). The full browser still works where only it is installed. /usr/lib/chromium/… are the
+# binaries behind Debian's wrapper scripts in /usr/bin and start faster.
+CHROMIUM_CANDIDATES = [os.environ.get("KAKEHASHI_CHROMIUM", ""), "/usr/lib/chromium/chromium-headless-shell",
+                       "/usr/lib/chromium/chromium", "/usr/bin/chromium"]
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
     "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
@@ -41,7 +45,7 @@ def chromium_path() -> str:
         if candidate and os.access(candidate, os.X_OK):
             return candidate
     # Not a skip: `make test` installs Chromium, so a missing browser is a broken setup, not an optional extra.
-    raise RuntimeError("Chromium is not installed: run `make system-deps` (tests/system-deps.sh chromium)")
+    raise RuntimeError("Chromium is not installed: run `make system-deps` (tests/system-deps.sh chromium-headless-shell)")
 
 
 def launch_browser() -> Iterator[Browser]:
