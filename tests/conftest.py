@@ -111,8 +111,32 @@ class _IdsForPytest9:
                 item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")
 
 
+class _CPUPerTest:
+    """KAKEHASHI_TEST_CPU=FILE: each test's CPU seconds in this pytest process (the test and the live server's threads
+    serving it; not the processes it starts, which bench/suite_cpu.py counts), appended as `seconds<TAB>test id` to
+    FILE.<worker>. --durations tells where a run waits; this tells what a test costs the two cores."""
+
+    def __init__(self, path: str) -> None:
+        self.path = f"{path}.{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        import resource
+
+        def spent() -> float:
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            return usage.ru_utime + usage.ru_stime
+
+        before = spent()
+        yield
+        with open(self.path, "a") as out:
+            out.write(f"{spent() - before:.2f}\t{item.nodeid}\n")
+
+
 def pytest_configure(config):
     config.pluginmanager.register(_IdsForPytest9(), "kakehashi-ids")
+    if os.environ.get("KAKEHASHI_TEST_CPU"):
+        config.pluginmanager.register(_CPUPerTest(os.environ["KAKEHASHI_TEST_CPU"]), "kakehashi-cpu")
 
 
 def _template_database() -> str:

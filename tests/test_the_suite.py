@@ -153,3 +153,21 @@ def test_every_collected_test_has_an_id_of_its_own(request):
     assert not shared, sorted(shared)[:5]
     operations = [nodeid for nodeid in ids if nodeid.startswith("tests/api/test_schemathesis.py::")]
     assert all("[" in nodeid for nodeid in operations), operations[:3]
+
+
+def test_with_kakehashi_test_cpu_set_each_test_writes_the_cpu_it_spent_beside_its_id(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from tests.conftest import _CPUPerTest
+
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw7")
+    plugin = _CPUPerTest(str(tmp_path / "cpu"))
+    for nodeid, loops in (("tests/a.py::test_idle", 0), ("tests/a.py::test_busy", 3_000_000)):
+        protocol = plugin.pytest_runtest_protocol(SimpleNamespace(nodeid=nodeid), None)
+        next(protocol)  # the test runs here
+        sum(range(loops))
+        with pytest.raises(StopIteration):
+            next(protocol)
+    lines = [line.split("\t") for line in (tmp_path / "cpu.gw7").read_text().splitlines()]
+    assert [nodeid for _, nodeid in lines] == ["tests/a.py::test_idle", "tests/a.py::test_busy"]
+    assert float(lines[1][0]) > float(lines[0][0]) and float(lines[1][0]) > 0.01
