@@ -159,7 +159,9 @@ def measure(command: list[str]) -> tuple[int, str]:
     report += [f"| {seconds:.1f} | {seconds / (total - idle):.0%} | {count[kind]} | {kind} |"
                for kind, seconds in by_kind.most_common(25)]
     # Within the largest kinds, which command lines spent it (numbers, ports and temporary paths folded together).
-    report += ["", "| CPU s | command line (the costliest within the largest kinds) |", "| ---: | --- |"]
+    report += ["", "Command lines are sampled every 0.5 s and keyed by process id, which the kernel reuses: a short process may "
+               "show the line of an earlier one with its id (a kind from its name, such as `PostgreSQL`, stays right).",
+               "", "| CPU s | command line (the costliest within the largest kinds) |", "| ---: | --- |"]
     top_kinds = {kind for kind, _ in by_kind.most_common(8)}
     report += [f"| {seconds:.1f} | {kind[:20]}: `{line[:150]}` |"
                for (kind, line), seconds in by_line.most_common(400) if kind in top_kinds and seconds >= 3][:60]

@@ -6,6 +6,7 @@ with it, listed and bounded in the dialog."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from playwright.sync_api import expect
@@ -31,9 +32,11 @@ def _open_dialog(page, hub, path: str):
 
 
 def _choose(select, prefix: str) -> None:
-    """Choose the option whose label starts with `prefix` (labels end with prices that may change)."""
-    labels = select.locator("option").all_text_contents()
-    select.select_option(label=next(label for label in labels if label.startswith(prefix)))
+    """Choose the option whose label starts with `prefix` (labels end with prices that may change), once the dialog
+    has it: the options arrive from the portal after the project is chosen, as a person would wait for them."""
+    option = select.locator("option").filter(has_text=re.compile("^" + re.escape(prefix)))
+    expect(option).not_to_have_count(0)
+    select.select_option(label=option.first.text_content())
 
 
 def _in_view(page, locator) -> bool:
