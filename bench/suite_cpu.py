@@ -73,24 +73,48 @@ def _processes() -> dict[int, tuple[str, int, float]]:
     return out
 
 
+def _boot_time() -> int:
+    """When the machine booted, in seconds since the epoch (/proc/stat's btime): /proc gives start times from boot."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("btime "):
+            return int(line.split()[1])
+    raise RuntimeError("/proc/stat has no btime")
+
+
 class CommandLines(threading.Thread):
-    """pid -> command line of every process seen, polled every 0.5 s."""
+    """(pid, start second) -> command line of every process seen, polled every 0.5 s. The kernel reuses process ids
+    (a suite starts tens of thousands of processes), so a line is found again by the id and the second the process
+    started, which process accounting also records."""
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
-        self.lines: dict[int, str] = {}
+        self.lines: dict[tuple[int, int], str] = {}
         self.stop = threading.Event()
+        self.boot = _boot_time()
 
     def run(self) -> None:
         while not self.stop.is_set():
             for entry in os.listdir("/proc"):
-                if entry.isdigit() and int(entry) not in self.lines:
-                    try:
-                        raw = Path(f"/proc/{entry}/cmdline").read_bytes()
-                    except OSError:
+                if not entry.isdigit():
+                    continue
+                try:
+                    stat = Path(f"/proc/{entry}/stat").read_text()
+                    key = (int(entry), self.boot + int(stat[stat.rindex(")") + 2:].split()[19]) // TICK)
+                    if key in self.lines:
                         continue
-                    self.lines[int(entry)] = raw.replace(b"\0", b" ")[:300].decode(errors="replace")
+                    raw = Path(f"/proc/{entry}/cmdline").read_bytes()
+                except OSError:
+                    continue
+                self.lines[key] = raw.replace(b"\0", b" ")[:300].decode(errors="replace")
             self.stop.wait(0.5)
+
+    def line(self, pid: int, started: int) -> str:
+        """The command line of process `pid` that started at second `started` (either side: the two clocks round
+        apart), or "" if it ended before it was seen."""
+        for second in (started, started - 1, started + 1):
+            if (pid, second) in self.lines:
+                return self.lines[pid, second]
+        return ""
 
 
 def _kind(name: str, line: str) -> str:
@@ -109,12 +133,13 @@ def _shape(line: str) -> str:
 
 
 def _ended(account: bytes):
-    """(pid, name, CPU seconds) of each acct_v3 record: a process that ended while accounting was on."""
+    """(pid, start second, name, CPU seconds) of each acct_v3 record: a process that ended while accounting was on."""
     for offset in range(0, len(account) - RECORD + 1, RECORD):
         record = account[offset:offset + RECORD]
         (pid,) = struct.unpack_from("<I", record, 16)
         user, system = struct.unpack_from("<HH", record, 32)
-        yield pid, record[48:64].split(b"\0")[0].decode(errors="replace"), _comp(user) + _comp(system)
+        (started,) = struct.unpack_from("<I", record, 24)
+        yield pid, started, record[48:64].split(b"\0")[0].decode(errors="replace"), _comp(user) + _comp(system)
 
 
 def measure(command: list[str]) -> tuple[int, str]:
@@ -138,8 +163,8 @@ def measure(command: list[str]) -> tuple[int, str]:
     by_kind: collections.Counter[str] = collections.Counter()
     count: collections.Counter[str] = collections.Counter()
     by_line: collections.Counter[tuple[str, str]] = collections.Counter()
-    for pid, name, seconds in _ended(records):
-        line = lines.lines.get(pid, "")
+    for pid, began, name, seconds in _ended(records):
+        line = lines.line(pid, began)
         kind = _kind(name, line)
         by_kind[kind] += seconds
         count[kind] += 1
@@ -148,7 +173,7 @@ def measure(command: list[str]) -> tuple[int, str]:
         earlier = before.get(pid)
         spent = cpu - (earlier[2] if earlier and earlier[1] == start else 0)
         if spent > 0.05:
-            line = lines.lines.get(pid, "")
+            line = lines.line(pid, lines.boot + start // TICK)
             by_kind[_kind(name, line)] += spent
             by_line[_kind(name, line), _shape(line) or name] += spent
     total, idle = ended[0] - started[0], ended[1] - started[1]
@@ -159,9 +184,7 @@ def measure(command: list[str]) -> tuple[int, str]:
     report += [f"| {seconds:.1f} | {seconds / (total - idle):.0%} | {count[kind]} | {kind} |"
                for kind, seconds in by_kind.most_common(25)]
     # Within the largest kinds, which command lines spent it (numbers, ports and temporary paths folded together).
-    report += ["", "Command lines are sampled every 0.5 s and keyed by process id, which the kernel reuses: a short process may "
-               "show the line of an earlier one with its id (a kind from its name, such as `PostgreSQL`, stays right).",
-               "", "| CPU s | command line (the costliest within the largest kinds) |", "| ---: | --- |"]
+    report += ["", "| CPU s | command line (the costliest within the largest kinds) |", "| ---: | --- |"]
     top_kinds = {kind for kind, _ in by_kind.most_common(8)}
     report += [f"| {seconds:.1f} | {kind[:20]}: `{line[:150]}` |"
                for (kind, line), seconds in by_line.most_common(400) if kind in top_kinds and seconds >= 3][:60]
