@@ -44,8 +44,8 @@ KINDS = [
     (r"train\.py|torchrun", TRAINING),
     (r"papermill", "jobs: notebooks (papermill)"),
 ]
-BY_NAME = {"chromium": "Chromium", "chromium-headle": "Chromium", "headless_shell": "Chromium", "postgres": "PostgreSQL", "weed": "SeaweedFS", "kakehashi": "the CLI",
-           "jupyterhub-sing": LAB, "pt_elastic": TRAINING, "node": DRIVER, "node-MainThread": DRIVER}
+BY_NAME = {"chromium": "Chromium", "chromium-headle": "Chromium", "postgres": "PostgreSQL", "weed": "SeaweedFS",
+           "kakehashi": "the CLI", "jupyterhub-sing": LAB, "pt_elastic": TRAINING, "node": DRIVER, "node-MainThread": DRIVER}
 
 
 def _comp(value: int) -> float:
@@ -59,17 +59,22 @@ def _cpu_now() -> tuple[float, float]:
     return sum(fields) / TICK, (fields[3] + fields[4]) / TICK
 
 
+def _stat(pid: str) -> tuple[str, int, float]:
+    """(name, start tick since boot, own CPU seconds) of a process, from /proc/<pid>/stat (OSError once it ended)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+    return name, int(rest[19]), (int(rest[11]) + int(rest[12])) / TICK
+
+
 def _processes() -> dict[int, tuple[str, int, float]]:
     """pid -> (name, start tick, own CPU seconds) of every process now."""
     out = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
+                out[int(entry)] = _stat(entry)
             except OSError:
                 continue
-            name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
-            out[int(entry)] = (name, int(rest[19]), (int(rest[11]) + int(rest[12])) / TICK)
     return out
 
 
@@ -98,8 +103,7 @@ class CommandLines(threading.Thread):
                 if not entry.isdigit():
                     continue
                 try:
-                    stat = Path(f"/proc/{entry}/stat").read_text()
-                    key = (int(entry), self.boot + int(stat[stat.rindex(")") + 2:].split()[19]) // TICK)
+                    key = (int(entry), self.second(_stat(entry)[1]))
                     if key in self.lines:
                         continue
                     raw = Path(f"/proc/{entry}/cmdline").read_bytes()
@@ -107,6 +111,10 @@ class CommandLines(threading.Thread):
                     continue
                 self.lines[key] = raw.replace(b"\0", b" ")[:300].decode(errors="replace")
             self.stop.wait(0.5)
+
+    def second(self, start_tick: int) -> int:
+        """A start tick since boot (/proc) as a second since the epoch (process accounting's start time)."""
+        return self.boot + start_tick // TICK
 
     def line(self, pid: int, started: int) -> str:
         """The command line of process `pid` that started at second `started` (either side: the two clocks round
@@ -173,9 +181,10 @@ def measure(command: list[str]) -> tuple[int, str]:
         earlier = before.get(pid)
         spent = cpu - (earlier[2] if earlier and earlier[1] == start else 0)
         if spent > 0.05:
-            line = lines.line(pid, lines.boot + start // TICK)
-            by_kind[_kind(name, line)] += spent
-            by_line[_kind(name, line), _shape(line) or name] += spent
+            line = lines.line(pid, lines.second(start))
+            kind = _kind(name, line)
+            by_kind[kind] += spent
+            by_line[kind, _shape(line) or name] += spent
     total, idle = ended[0] - started[0], ended[1] - started[1]
     report = [f"# CPU of the whole machine while `{' '.join(command)}` ran ({os.cpu_count()} cores)", "",
               f"wall {wall:.0f} s, exit {code}; CPU time {total:.0f} s: busy {total - idle:.0f} s, "
