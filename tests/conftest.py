@@ -113,8 +113,9 @@ class _IdsForPytest9:
 
 class _CPUPerTest:
     """KAKEHASHI_TEST_CPU=FILE: each test's CPU seconds in this pytest process (the test and the live server's threads
-    serving it; not the processes it starts, which bench/suite_cpu.py counts), appended as `seconds<TAB>test id` to
-    FILE.<worker>. --durations tells where a run waits; this tells what a test costs the two cores."""
+    serving it; not the processes it starts, which bench/suite_cpu.py counts), appended as `seconds<TAB>test id<TAB>
+    start<TAB>end` (wall clock, epoch seconds) to FILE.<worker>. --durations tells where a run waits; this tells what
+    a test costs the two cores, and the wall clock when each worker was busy (what the run's last minutes wait for)."""
 
     def __init__(self, path: str) -> None:
         self.path = f"{path}.{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
@@ -127,10 +128,10 @@ class _CPUPerTest:
             usage = resource.getrusage(resource.RUSAGE_SELF)
             return usage.ru_utime + usage.ru_stime
 
-        before = spent()
+        before, start = spent(), time.time()
         yield
         with open(self.path, "a") as out:
-            out.write(f"{spent() - before:.2f}\t{item.nodeid}\n")
+            out.write(f"{spent() - before:.2f}\t{item.nodeid}\t{start:.1f}\t{time.time():.1f}\n")
 
 
 def pytest_configure(config):

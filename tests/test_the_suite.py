@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections import Counter
 
 import pytest
@@ -169,5 +170,7 @@ def test_with_kakehashi_test_cpu_set_each_test_writes_the_cpu_it_spent_beside_it
         with pytest.raises(StopIteration):
             next(protocol)
     lines = [line.split("\t") for line in (tmp_path / "cpu.gw7").read_text().splitlines()]
-    assert [nodeid for _, nodeid in lines] == ["tests/a.py::test_idle", "tests/a.py::test_busy"]
+    assert [nodeid for _, nodeid, _, _ in lines] == ["tests/a.py::test_idle", "tests/a.py::test_busy"]
     assert float(lines[1][0]) > float(lines[0][0]) and float(lines[1][0]) > 0.01
+    (idle_start, idle_end), (busy_start, busy_end) = [(float(start), float(end)) for _, _, start, end in lines]
+    assert idle_start <= idle_end <= busy_start <= busy_end and abs(busy_end - time.time()) < 60
