@@ -99,6 +99,7 @@ def _user(name: str):
     return get_user_model().objects.create_user(name, password="x")
 
 
+@pytest.mark.long
 def test_tests_that_share_a_module_fixture_or_stop_the_live_worker_run_on_one_xdist_worker(tmp_path):
     probe = ROOT / "tests" / f"test_zz_probe_{os.getpid()}.py"
     other = ROOT / "tests" / f"test_zz_probe_stops_{os.getpid()}.py"
@@ -174,3 +175,13 @@ def test_with_kakehashi_test_cpu_set_each_test_writes_the_cpu_it_spent_beside_it
     assert float(lines[1][0]) > float(lines[0][0]) and float(lines[1][0]) > 0.01
     (idle_start, idle_end), (busy_start, busy_end) = [(float(start), float(end)) for _, _, start, end in lines]
     assert idle_start <= idle_end <= busy_start <= busy_end and abs(busy_end - time.time()) < 60
+
+
+def test_under_xdist_the_tests_marked_long_are_taken_first_so_the_run_never_ends_waiting_for_one(request):
+    """A run ends when its last test does: a long test taken last (the every-form walk, 85 s) ran alone while the
+    other workers had finished. xdist takes the groups first, then the other tests in collection order."""
+    if not hasattr(request.config, "workerinput"):
+        pytest.skip("one process: no worker is left waiting for another")
+    items = request.session.items
+    marked = [index for index, item in enumerate(items) if item.get_closest_marker("long")]
+    assert marked == list(range(len(marked))), [items[i].nodeid for i in marked if i >= len(marked)][:3]

@@ -251,6 +251,7 @@ def test_a_researcher_sees_no_policy_violation_on_any_page_they_can_reach(page, 
     print(f"{len(watch.visited)} pages: {watch.visited}")
 
 
+@pytest.mark.long
 def test_a_site_admin_sees_no_policy_violation_in_the_portal_or_the_django_admin(page, live_server, site_with_everything):
     watch = PolicyWatch(page)
     log_in(page, live_server.url, "root")

@@ -33,6 +33,7 @@ def _only_the_pytorch_modules(site):
     Software.objects.get(slug="ngc-pytorch-24-05").projects.add(site.other)
 
 
+@pytest.mark.long
 @pytest.mark.cluster
 @pytest.mark.worker
 def test_picking_the_ddp_template_chooses_pytorch_and_the_training_completes_on_slurm(page, live_server, hpc_site,

@@ -44,6 +44,7 @@ def _told(browser: Client, kh, job: Job) -> dict[str, str]:
     return {"page": page, "list": listed, "api": api.json()["exit_text"], "cli": human.out}
 
 
+@pytest.mark.long
 @pytest.mark.cluster
 def test_cancels_and_walltime_kills_on_slurm_and_grid_engine_say_which_signal_ended_them(
         hpc_site, live_worker, logged_in):

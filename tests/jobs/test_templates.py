@@ -77,6 +77,7 @@ def _train_on_two_nodes(site, hardware: str, **fields) -> tuple[Job, str]:
     return job, text
 
 
+@pytest.mark.long
 def test_ddp_on_two_slurm_nodes_starts_one_torchrun_per_node_with_a_process_per_gpu(hpc_site, live_worker):
     """2 nodes x 8 GPUs with the default processes per node: 2 torchruns of 8 processes, not 16 torchruns."""
     job, text = _train_on_two_nodes(hpc_site, "slurm-a100x8")

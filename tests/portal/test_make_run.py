@@ -48,6 +48,7 @@ BUSY_SECONDS = float(os.environ.get("KAKEHASHI_TEST_MAKE_RUN_SECONDS", "120"))
 RESEARCHERS = 4
 
 
+@pytest.mark.long
 @pytest.mark.timeout(BUSY_SECONDS + 600)  # start, the busy time, then the jobs' end with no progress for 90 s at most
 def test_concurrent_submits_with_the_worker_killed_midway_end_every_job_and_never_lock_the_database(
     make_run,

@@ -54,6 +54,7 @@ def hybrid(tmp_path):
     stack.close()
 
 
+@pytest.mark.long
 def test_make_run_starts_the_store_and_the_hub_and_a_newcomer_uploads_and_submits_from_lab(hybrid, new_page, shots):  # noqa: F811
     stack = hybrid
     # Under a minute on this machine with its cores to itself (19 s measured); on a machine busy with other work

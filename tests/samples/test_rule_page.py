@@ -38,6 +38,7 @@ def test_a_rule_outside_the_sites_bounds_is_refused_saying_which(client, local_s
     assert not IdleRule.objects.exists()
 
 
+@pytest.mark.long
 def test_every_hostile_value_in_every_field_of_the_rule_form_gets_a_page_not_an_error(client, local_site):
     """The security walk's corpus (tests/security/hostile.py) in each field of the rule's form and of Keep running."""
     import json

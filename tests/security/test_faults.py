@@ -365,6 +365,7 @@ def test_a_login_node_whose_sshd_stops_leaves_every_job_truthful_and_recovers_wi
     _cancel(cluster, hpc_site, running, waiting)
 
 
+@pytest.mark.long
 @pytest.mark.cluster
 @pytest.mark.django_db  # not transactional, as above
 def test_a_slurm_controller_that_stops_answering_fails_no_job_and_records_the_one_that_ended_meanwhile_once_it_is_back(
@@ -503,6 +504,7 @@ def test_a_redis_restart_with_dispatches_queued_loses_no_job_and_the_worker_carr
         stop_worker(worker)
 
 
+@pytest.mark.long
 @pytest.mark.cluster
 @pytest.mark.django_db  # not transactional, as above
 def test_a_grid_engine_qmaster_that_stops_answering_fails_no_job_and_records_the_one_that_ended_meanwhile_once_it_is_back(

@@ -260,6 +260,7 @@ PAGES = ["/", "/projects/", "/projects/vision/", "/projects/vision/members/", "/
 WALKED_ELSEWHERE = {"/jobs/new/", "/jobs/preview/"}
 
 
+@pytest.mark.long
 def test_every_hostile_value_in_every_field_of_every_form_a_researcher_is_shown_gets_a_page_not_an_error(
         client, local_site, issue, make_user):
     from portal.projects.models import Membership, Role

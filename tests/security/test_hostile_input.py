@@ -115,6 +115,7 @@ JOB_FIELDS = {
 }
 
 
+@pytest.mark.long
 @pytest.mark.cluster
 @pytest.mark.parametrize("field", list(JOB_FIELDS))
 def test_every_hostile_value_in_a_job_field_is_refused_clearly_or_arrives_quoted(api, field):
@@ -139,6 +140,7 @@ def test_every_hostile_value_in_a_job_field_is_refused_clearly_or_arrives_quoted
         assert accepted > 100, f"{field}: only {accepted} values accepted; the test would prove little"
 
 
+@pytest.mark.long
 @pytest.mark.cluster
 @pytest.mark.parametrize("where", ["sweep value", "sweep name", "sweep values", "array"])
 def test_every_hostile_value_in_a_sweep_is_refused_clearly_or_arrives_quoted(api, where):
@@ -197,6 +199,7 @@ FORM_FIELDS = ["name", "walltime", "nodes", "launcher", "procs_per_node", "templ
                "working_directory", "script", "edited_script", "draft", "project", "hardware", "software"]
 
 
+@pytest.mark.long
 @pytest.mark.cluster
 @pytest.mark.parametrize("field", FORM_FIELDS)
 def test_every_hostile_value_in_a_job_form_field_gets_a_message_or_a_safe_preview(client, hpc_site, field):
