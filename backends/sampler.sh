@@ -40,9 +40,18 @@ query=timestamp,index,uuid,utilization.gpu,memory.used,memory.total,power.draw
 # ends badly, or is still running when the job ends, is a failed job to Grid Engine's accounting.
 trap 'kill "$napping" 2>/dev/null; exit 0' TERM INT HUP
 napping=
+# What started this: the job script, Slurm's step, mpirun or its daemon on another node. When it is gone the job was
+# killed without this hearing of it: Grid Engine's qdel kills Open MPI's daemon, but not the ranks it put in process
+# groups of their own, and a sampler left so ran every second for days. No fork: it is asked every second.
+launcher=$PPID
+launcher_alive() {
+    { read -r stat < "/proc/$$/stat"; } 2>/dev/null || return 0
+    set -- ${stat##*") "}  # the fields after the command's name: state, then the parent's id
+    [ "$2" = "$launcher" ]
+}
 # Stop with the job: its script writes its exit status when the payload ends (and kills this too); a scheduler's
-# kill takes this with the rest of the job.
-while [ ! -e "$dir/kakehashi-exit-status" ] && [ -d "$dir" ]; do
+# kill takes this with the rest of the job, or takes what started it.
+while [ ! -e "$dir/kakehashi-exit-status" ] && [ -d "$dir" ] && launcher_alive; do
     now=$(date +%s)
     # The job's processes: those whose environment holds this job's directory (every launcher passes it on).
     # Launchers are left out by name (they pass the variable on).
@@ -66,7 +75,7 @@ e $now $(printf '%s\n' "$csv" | head -n 1 | tr -cd '\11\40-\176' | cut -c1-200)"
     printf '%s\n' "$sample" >> "$out"
     # Naps of a second, so the job's end (its exit-status file) stops every node's sampler within one.
     napped=0
-    while [ "$napped" -lt "$every" ] && [ ! -e "$dir/kakehashi-exit-status" ]; do
+    while [ "$napped" -lt "$every" ] && [ ! -e "$dir/kakehashi-exit-status" ] && launcher_alive; do
         sleep 1 &
         napping=$!
         wait "$napping"

@@ -127,6 +127,41 @@ def test_the_sampler_records_the_jobs_cpu_and_memory_and_each_gpu_then_stops_wit
     assert {g.index for g in parsed.gpus} == {0, 1} and all(g.utilization == 0 for g in parsed.gpus)
 
 
+def test_a_sampler_whose_launcher_is_killed_stops_within_seconds_though_the_job_never_wrote_its_exit_status(tmp_path):
+    """What Grid Engine's qdel does to a two-node job on the test cluster: it kills Open MPI's daemon on the second
+    node, not the sampler rank the daemon put in a process group of its own. That sampler once ran on for days."""
+    import signal
+
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    (job_dir / SAMPLER_FILE).write_bytes(SAMPLER_SOURCE)
+    launcher = subprocess.Popen(["sh", "-c", f'setsid sh "{job_dir / SAMPLER_FILE}" "{job_dir}" 1 /nonexistent n1 & '
+                                             'echo $!; wait'], stdout=subprocess.PIPE, text=True)
+    sampler = int(launcher.stdout.readline())
+    try:
+        log = job_dir / "kakehashi-samples" / "n1.log"
+        deadline = time.monotonic() + 20
+        while not (log.exists() and log.read_text().count("\np ") >= 2) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert log.exists() and Path(f"/proc/{sampler}").exists(), "the sampler samples while its launcher runs"
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait(timeout=5)
+        deadline = time.monotonic() + 5
+        while Path(f"/proc/{sampler}").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        try:
+            state = Path(f"/proc/{sampler}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            state = "gone"
+        assert state in ("gone", "Z"), f"the sampler still runs ({state}) with its launcher killed"
+        assert not (job_dir / "kakehashi-exit-status").exists()
+    finally:
+        try:
+            os.kill(sampler, signal.SIGKILL)  # not left running on the machine when this fails
+        except ProcessLookupError:
+            pass
+
+
 def test_a_node_without_nvidia_smi_records_cpu_and_memory_and_says_so(tmp_path):
     job_dir = tmp_path / "job"
     job_dir.mkdir()

@@ -140,3 +140,21 @@ def test_an_idle_two_node_job_is_sampled_on_every_node_warned_kept_and_cancelled
     # Nothing lost: the last samples are read once more, and kept.
     cycle(lambda: samples().complete, "the last samples read")
     assert samples().summary["gpu_hours_idle"] > 0
+    # And nothing left running: no node's sampler outlives the cancelled job (on Grid Engine, qdel kills Open MPI's
+    # daemon on the second node but not the sampler rank it started, which then stops on its own).
+    assert job.remote_dir
+    sampler = f"{job.remote_dir}/kakehashi-sampler.sh"
+    cycle(lambda: not _processes_running(sampler), "every node's sampler stopped", timeout=15)
+
+
+def _processes_running(command_part: str) -> list[str]:
+    """Command lines of this machine's processes (the test cluster's nodes are this machine) that contain the part."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            line = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if command_part in line:
+            found.append(line)
+    return found
