@@ -60,7 +60,7 @@ run: venv $(if $(filter minimal min 0 off,$(KAKEHASHI_RUN)),,run-extras)
 ## pytest-xdist workers (docs/decisions/0047, 0058, 0059, 0060); PYTEST_WORKERS=0 runs it in one process; PYTEST_ARGS adds to either
 # The suite's processes write bytecode even where the environment says not to (PYTHONDONTWRITEBYTECODE, set on this
 # project's machines): otherwise each Django process it starts (Celery workers, manage.py, make run's stacks) compiles
-# portal/ again, 1.6-2.1 s of CPU to start instead of 1.3, and a later run on the same checkout rewrites the tests'
+# portal/ again, 1.5-2.1 s of CPU to start instead of 1.2-1.3, and a later run on the same checkout rewrites the tests'
 # asserts again in every worker, 19 s to collect instead of 10 (docs/decisions/0065).
 PYTEST_WORKERS ?= 4
 test: dev-venv torch system-deps hub-deps cluster-harness
