@@ -17,6 +17,7 @@ from pathlib import Path
 
 import requests
 
+from tests.processes import live_processes
 from tests.seaweedfs import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,26 +47,14 @@ def _embedded_env(var: Path, port: int, **overrides: str) -> dict[str, str]:
 
 def _children(pid: int) -> dict[int, str]:
     """Every live descendant of `pid` (pid -> command line), read from /proc."""
-    parents: dict[int, int] = {}
-    commands: dict[int, str] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            commands[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        fields = stat.rpartition(")")[2].split()
-        if fields[0] != "Z":
-            parents[int(entry.name)] = int(fields[1])
+    processes = live_processes()
     found: dict[int, str] = {}
     frontier = [pid]
     while frontier:
         parent = frontier.pop()
-        for child, ppid in parents.items():
+        for child, (ppid, command) in processes.items():
             if ppid == parent and child not in found:
-                found[child] = commands.get(child, "")
+                found[child] = command
                 frontier.append(child)
     return found
 

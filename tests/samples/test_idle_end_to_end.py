@@ -30,6 +30,7 @@ from portal.samples.fetch import watch_cluster
 from portal.samples.models import IdleRule, JobSamples
 from tests.cli.conftest import cli_home, kakehashi_script, kh  # noqa: F401 - the CLI tests' fixtures, here too
 from tests.conftest import wait_for
+from tests.processes import live_processes
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("no_live_worker")]
 
@@ -144,17 +145,5 @@ def test_an_idle_two_node_job_is_sampled_on_every_node_warned_kept_and_cancelled
     # daemon on the second node but not the sampler rank it started, which then stops on its own).
     assert job.remote_dir
     sampler = f"{job.remote_dir}/kakehashi-sampler.sh"
-    cycle(lambda: not _processes_running(sampler), "every node's sampler stopped", timeout=15)
-
-
-def _processes_running(command_part: str) -> list[str]:
-    """Command lines of this machine's processes (the test cluster's nodes are this machine) that contain the part."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            line = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if command_part in line:
-            found.append(line)
-    return found
+    cycle(lambda: not [c for _, c in live_processes().values() if sampler in c], "every node's sampler stopped",
+          timeout=15)
