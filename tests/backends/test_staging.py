@@ -5,12 +5,14 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+from pathlib import Path
 
 import pytest
 
 from backends.base import DataFile, DataInput, DataRefused, State
 from tests.backends.conftest import wait_state
 from tests.backends.test_scheduler_contract import _sge, _slurm
+from tests.processes import live_processes
 
 pytestmark = [pytest.mark.cluster]
 
@@ -488,16 +490,14 @@ def test_the_key_never_appears_in_a_process_list_and_a_changed_host_key_sends_no
 
     key = user_key("alice")
     transport = SSHTransport("127.0.0.1", 2222, "alice", key, known_hosts, bulk="openssh")
-    seen, stop = [], threading.Event()
+    seen, agents, stop = [], set(), threading.Event()
 
     def watch():
         while not stop.is_set():
-            for pid in os.listdir("/proc"):
-                if pid.isdigit():
-                    try:
-                        seen.append(open(f"/proc/{pid}/cmdline", "rb").read())
-                    except OSError:
-                        pass
+            for parent, command in live_processes().values():
+                seen.append(command)
+                if parent == os.getpid() and "IdentityAgent=" in command:  # this test's ssh, not another worker's
+                    agents.add(Path(command.split("IdentityAgent=")[1].split()[0]))
             time.sleep(0.05)
 
     watcher = threading.Thread(target=watch)
@@ -509,9 +509,9 @@ def test_the_key_never_appears_in_a_process_list_and_a_changed_host_key_sends_no
         watcher.join()
     assert result.ok and result.stdout.strip() == "4096"
     body = "".join(line for line in key.splitlines() if "PRIVATE KEY" not in line)
-    assert any(b"ssh" in c and b"IdentityAgent" in c for c in seen)  # the watcher saw the stream's ssh
-    assert not any(body[:40].encode() in c or body[-40:].encode() in c for c in seen)
-    assert not [p for p in os.listdir("/dev/shm") if p.startswith("kakehashi-ssh-")]  # the agent's dir is gone
+    assert agents, "the watcher never saw the stream's ssh"
+    assert not any(body[:40] in c or body[-40:] in c for c in seen)
+    assert not [socket.parent for socket in agents if socket.parent.exists()]  # the agent's dir is gone
 
     other = known_hosts.splitlines()[0].split()[0] + " ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGdD4Ld8Jb1gwJwzKQ5rKmRgwA2k0yrBo1TQqhGNGY6W\n"
     impostor = SSHTransport("127.0.0.1", 2222, "alice", key, other, bulk="openssh")
