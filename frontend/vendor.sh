@@ -13,17 +13,14 @@ cp node_modules/bootstrap-icons/font/bootstrap-icons.min.css "$out/bootstrap-ico
 cp node_modules/bootstrap-icons/font/fonts/bootstrap-icons.woff2 node_modules/bootstrap-icons/font/fonts/bootstrap-icons.woff "$out/bootstrap-icons/fonts/"
 cp node_modules/htmx.org/dist/htmx.min.js "$out/htmx/"
 cp node_modules/chart.js/dist/chart.umd.min.js "$out/chartjs/"
-<<<<<<< HEAD
 # Uppy + its S3 multipart plugin + hash-wasm ship as ES modules: one bundle for the Data page's direct uploads.
 node_modules/.bin/esbuild upload-bundle.js --bundle --minify --format=iife --target=es2020 --legal-comments=eof \
   --log-level=warning --outfile="$out/uppy/uppy-s3.min.js"
 cp node_modules/@uppy/core/LICENSE "$out/uppy/uppy-LICENSE.txt" 2>/dev/null || true
 cp node_modules/hash-wasm/LICENSE "$out/uppy/hash-wasm-LICENSE.txt" 2>/dev/null || true
-=======
 # The source maps are not copied: drop the comments pointing at them, or the production profile's hashed static
 # storage (collectstatic, the Dockerfile) stops on the missing .map files.
 sed -i '/sourceMappingURL=/d' "$out"/bootstrap/*.min.* "$out/chartjs/chart.umd.min.js"
->>>>>>> 186ebed (Production profile: check --deploy clean (SSL redirect behind the proxy header, HSTS, secure cookies, a 50-character secret key), tested against gunicorn; vendored files lose their dangling source-map comments so collectstatic with hashed names works)
 # axe-core is for the browser tests only (tests/browser/vendor; never served by the portal).
 axe="$here/../tests/browser/vendor"
 mkdir -p "$axe"
