@@ -523,6 +523,13 @@ def listening(port: int, host: str = "127.0.0.1") -> bool:
     return True
 
 
+# How long a job on the shared test cluster may wait in its queue behind other tests' jobs, beyond its own run: a
+# two-node training holds both nodes of its scheduler whole (all 16 of Slurm's GPUs) for two minutes, four on a
+# loaded machine, and the long tests, which start together, include two. A wait for a job that needs a whole node
+# adds this (a one-GPU job too when it must run before the test can go on).
+QUEUE_WAIT = 240
+
+
 def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2, message: str = "condition"):
     """Poll until predicate() is truthy; return its value or fail with `message`."""
     deadline = time.monotonic() + timeout

@@ -14,7 +14,7 @@ from django.core.files.storage import default_storage
 from playwright.sync_api import expect
 
 from tests.browser.conftest import job_form_field, log_in, open_new_job_form
-from tests.conftest import ended_job, job_output, wait_for
+from tests.conftest import QUEUE_WAIT, ended_job, job_output, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -62,7 +62,7 @@ def test_picking_the_ddp_template_chooses_pytorch_and_the_training_completes_on_
     expect(page).to_have_url(re.compile(r"/jobs/\d+/$"))
     job = Job.objects.get(template="ddp-mnist")
     assert job.software == torch
-    job = wait_for(lambda: ended_job(job.pk), timeout=180, message="the DDP training")
+    job = wait_for(lambda: ended_job(job.pk), timeout=QUEUE_WAIT + 180, message="the DDP training")
     assert job.state == JobState.COMPLETED, _story(job)
     assert "world size 2 (cpu, gloo)" in job_output(job, "stdout")
     expect(page.locator("#job-state [data-state]")).to_have_attribute("data-state", "completed", timeout=30_000)
@@ -257,7 +257,7 @@ def test_a_site_admin_runs_the_health_check_from_the_site_page_as_the_sites_serv
     expect(page).to_have_url(re.compile(r"/jobs/\d+/$"))
     job = Job.objects.get(template="gpu-health")
     assert job.account_username == "carol" and job.project.slug == "site-ops"
-    job = wait_for(lambda: ended_job(job.pk), timeout=180, message="the health check")
+    job = wait_for(lambda: ended_job(job.pk), timeout=QUEUE_WAIT + 180, message="the health check")
     assert job.state == JobState.COMPLETED, _story(job)
     slurm_a100 = wait_for(lambda: HardwareType.objects.filter(pk=slurm_a100.pk, measured__has_key="tflops").first(),
                           message="the measurement stored with the hardware")

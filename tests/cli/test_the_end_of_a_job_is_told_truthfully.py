@@ -18,7 +18,7 @@ from portal.jobs.actions.submit import submit_job
 from portal.jobs.actions.validation import JobRequest
 from portal.jobs.models import Job, JobOutput, JobState
 from portal.usage.enforcement import enforce
-from tests.conftest import ended_job, wait_for
+from tests.conftest import QUEUE_WAIT, ended_job, wait_for
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -30,9 +30,7 @@ def _submit(site, hardware: str, name: str, script: str, walltime: str = "00:10:
 
 
 def _running(job: Job) -> None:
-    # The test cluster is shared by the suite's workers: a one-GPU job may queue behind the two-node training, which
-    # holds all 16 of Slurm's GPUs for about two minutes when the long tests start together.
-    wait_for(lambda: Job.objects.filter(pk=job.pk, state=JobState.RUNNING).exists(), timeout=300,
+    wait_for(lambda: Job.objects.filter(pk=job.pk, state=JobState.RUNNING).exists(), timeout=QUEUE_WAIT + 60,
              message=f"{job.name} to run")
 
 

@@ -17,7 +17,7 @@ from portal.dev.loopback import CONTAINER_IMAGE
 from portal.jobs.actions.submit import submit_job
 from portal.jobs.actions.validation import JobRequest
 from portal.jobs.models import Job, JobState
-from tests.conftest import ended_job, job_output, wait_for
+from tests.conftest import QUEUE_WAIT, ended_job, job_output, wait_for
 
 pytestmark = [pytest.mark.cluster]
 
@@ -52,7 +52,8 @@ def _run(site, hardware: str, software: Software, script: str) -> Job:
     job = submit_job(site.alice, JobRequest(
         project=site.project, name=f"container-{hardware}", script=script, walltime="00:10:00",
         hardware=HardwareType.objects.get(slug=hardware), software=software)).job
-    return wait_for(lambda: ended_job(job.pk), timeout=120, message=f"the container job on {hardware}")
+    return wait_for(lambda: ended_job(job.pk), timeout=QUEUE_WAIT + 120,
+                    message=f"the container job on {hardware}")
 
 
 @pytest.mark.worker
@@ -137,7 +138,7 @@ def test_ddp_ranks_started_by_mpirun_each_run_in_the_container_on_two_tsubame_no
         software=Software.objects.get(image=CONTAINER_IMAGE))).job
     assert f'-x KAKEHASHI_OUTPUT_DIR apptainer exec --nv --bind "$KAKEHASHI_JOB_DIR" {CONTAINER_IMAGE} bash' \
         in job.rendered_script
-    job = wait_for(lambda: ended_job(job.pk), timeout=240, message="DDP in the container")
+    job = wait_for(lambda: ended_job(job.pk), timeout=QUEUE_WAIT + 240, message="DDP in the container")
     stdout = job_output(job, "stdout")
     assert job.state == JobState.COMPLETED, f"{stdout}\n--- stderr ---\n{job_output(job, 'stderr')}"
     assert "world size 4 (cpu, gloo)" in stdout

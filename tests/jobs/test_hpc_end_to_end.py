@@ -18,7 +18,7 @@ from portal.jobs.actions.submit import submit_job
 from portal.jobs.actions.validation import BudgetRefused, JobRequest
 from portal.jobs.models import Job, JobOutput, JobState
 from portal.jobs.specs import build_spec
-from tests.conftest import wait_for
+from tests.conftest import QUEUE_WAIT, wait_for
 
 pytestmark = [pytest.mark.cluster]
 
@@ -45,7 +45,7 @@ def test_run_on_8_a100_goes_to_slurm_with_8_gpus_and_completes_live(client, hpc_
     assert job.rendered_script == preview  # what was previewed is what was submitted
     assert "#SBATCH --gres=gpu:a100:8" in job.rendered_script
     assert "#SBATCH --account=kkdemo" in job.rendered_script
-    job = wait_for(lambda: _final(job.pk), timeout=90, message="the Slurm job to finish")
+    job = wait_for(lambda: _final(job.pk), timeout=QUEUE_WAIT + 90, message="the Slurm job to finish")
     assert job.state == JobState.COMPLETED, job.state_reason
     assert job.exit_code == 0 and job.scheduler_id.isdigit()
     assert {"pending", "completed"} <= set(job.events.values_list("to_state", flat=True))
@@ -71,7 +71,8 @@ def test_a_strict_budget_cancels_a_running_slurm_job_and_charges_what_it_used(hp
     job = submit_job(hpc_site.alice, JobRequest(
         project=hpc_site.project, name="forgotten", script="echo started; sleep 300",
         hardware=HardwareType.objects.get(slug="slurm-a100x8"), walltime="01:00:00")).job
-    wait_for(lambda: Job.objects.filter(pk=job.pk, state=JobState.RUNNING).exists(), timeout=60, message="running")
+    wait_for(lambda: Job.objects.filter(pk=job.pk, state=JobState.RUNNING).exists(), timeout=QUEUE_WAIT + 60,
+             message="running")
     # An admin lowers the budget below what the running job has already burnt.
     Budget.objects.filter(project=hpc_site.project).update(amount=Decimal("0.0001"))
     time.sleep(1)  # a second at 3 points an hour is 0.0008 points: over the new budget

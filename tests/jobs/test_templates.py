@@ -13,7 +13,7 @@ from portal.catalog.models import HardwareType, Software
 from portal.jobs.actions.submit import submit_job
 from portal.jobs.actions.validation import JobRequest
 from portal.jobs.models import Job, JobState
-from tests.conftest import ended_job, job_output, wait_for
+from tests.conftest import QUEUE_WAIT, ended_job, job_output, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -57,7 +57,7 @@ def test_ddp_training_on_one_node_with_two_processes_through_torchrun_loss_falls
     job = _submit(hpc_site, name="ddp-one-node", template="ddp-mnist", script="", walltime="00:10:00",
                   hardware=HardwareType.objects.get(slug="slurm-a100x8"), procs_per_node=2)
     assert 'torchrun --nnodes=1 --nproc-per-node=2 --standalone --no-python bash "$KAKEHASHI_JOB_DIR/payload.sh"' in job.rendered_script
-    job = wait_for(lambda: ended_job(job.pk), timeout=180, message="DDP training")
+    job = wait_for(lambda: ended_job(job.pk), timeout=QUEUE_WAIT + 180, message="DDP training")
     text = _stdout(job)
     assert job.state == JobState.COMPLETED, _story(job)
     assert "world size 2 (cpu, gloo)" in text
@@ -69,7 +69,8 @@ def _train_on_two_nodes(site, hardware: str, **fields) -> tuple[Job, str]:
     """The DDP template on two nodes, a few quick steps; the finished job and its stdout."""
     job = _submit(site, name=f"ddp-{hardware}", template="ddp-mnist", script="", walltime="00:10:00", nodes=2,
                   hardware=HardwareType.objects.get(slug=hardware), env={"EPOCHS": "2", "SAMPLES": "1024"}, **fields)
-    job = wait_for(lambda: ended_job(job.pk), timeout=240, message=f"two-node DDP training on {hardware}")
+    job = wait_for(lambda: ended_job(job.pk), timeout=QUEUE_WAIT + 240,
+                   message=f"two-node DDP training on {hardware}")
     assert job.state == JobState.COMPLETED, _story(job)
     text = _stdout(job)
     losses = _losses(text)
@@ -123,7 +124,7 @@ def test_the_health_check_is_measured_and_stored_with_the_hardware(hpc_site, liv
     assert hardware.measured == {}
     job = _submit(hpc_site, name="health", template="gpu-health", script="", walltime="00:10:00", hardware=hardware,
                   procs_per_node=2)
-    job = wait_for(lambda: ended_job(job.pk), timeout=180, message="the health check")
+    job = wait_for(lambda: ended_job(job.pk), timeout=QUEUE_WAIT + 180, message="the health check")
     assert job.state == JobState.COMPLETED, _story(job)
     hardware = wait_for(lambda: HardwareType.objects.filter(pk=hardware.pk, measured__has_key="tflops").first(),
                         message="the measurement to be stored")
@@ -142,5 +143,6 @@ def test_a_payload_that_fails_under_mpirun_on_two_nodes_ends_the_job_failed_with
     job = _submit(hpc_site, name="mpi-exit-3", script='echo "rank on $(hostname)"; exit 3', walltime="00:10:00",
                   nodes=2, hardware=HardwareType.objects.get(slug=hardware), launcher="mpirun", procs_per_node=2)
     assert 'mpirun -npernode 2 -n 4 -hostfile "$KAKEHASHI_JOB_DIR/hosts.txt"' in job.rendered_script
-    job = wait_for(lambda: ended_job(job.pk), timeout=180, message=f"the failing mpirun job on {hardware}")
+    job = wait_for(lambda: ended_job(job.pk), timeout=QUEUE_WAIT + 180,
+                   message=f"the failing mpirun job on {hardware}")
     assert (job.state, job.exit_code) == (JobState.FAILED, 3), _story(job)
