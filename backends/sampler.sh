@@ -43,7 +43,11 @@ napping=
 # What started this: the job script, Slurm's step, mpirun or its daemon on another node. When it is gone the job was
 # killed without this hearing of it: Grid Engine's qdel kills Open MPI's daemon, but not the ranks it put in process
 # groups of their own, and a sampler left so ran every second for days. No fork: it is asked every second.
-launcher=$PPID
+# The job script names itself (KAKEHASHI_SAMPLER_LAUNCHER=$$) where it starts this directly: a cancel in the moment
+# between its fork and this line leaves this orphaned before $PPID is read, and Slurm's scancel at a job's first
+# second once left a sampler that took init for its launcher.
+launcher=${KAKEHASHI_SAMPLER_LAUNCHER:-$PPID}
+case $launcher in ''|*[!0-9]*) launcher=$PPID ;; esac
 launcher_alive() {
     { read -r stat < "/proc/$$/stat"; } 2>/dev/null || return 0
     set -- ${stat##*") "}  # the fields after the command's name: state, then the parent's id

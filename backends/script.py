@@ -130,12 +130,15 @@ def sampler_lines(spec: JobSpec, dialect: Dialect) -> list[str]:
         return []
     sampler = (f'sh "$KAKEHASHI_JOB_DIR/{SAMPLER_FILE}" "$KAKEHASHI_JOB_DIR" {int(spec.sample_seconds)} '
                f"{shlex.quote(spec.nvidia_smi)}")
+    # Started here, its launcher is this script: it says so, so a sampler whose script died as it started it stops
+    # (backends/sampler.sh). Not through srun or mpirun, whose tasks have launchers of their own on every node.
+    direct = f"KAKEHASHI_SAMPLER_LAUNCHER=$$ {sampler}"
     quiet = "</dev/null >/dev/null 2>&1 &"
     lines = [f"# ---- the sampler: what each node uses, every {spec.sample_seconds} s (it never fails the job) ----",
              '_kh_sampler=""']
     nodes = spec.resources.nodes
     if nodes == 1 or not dialect.multi_node_prefix:
-        lines.append(f"{sampler} {quiet} _kh_sampler=$!")
+        lines.append(f"{direct} {quiet} _kh_sampler=$!")
         return lines
     srun = shlex.join(["srun", "--overlap", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1"])
     mpirun = f"{shlex.join(['mpirun', '-npernode', '1', '-n', str(nodes)])} -hostfile {HOSTFILE}"
@@ -145,7 +148,7 @@ def sampler_lines(spec: JobSpec, dialect: Dialect) -> list[str]:
         "elif command -v mpirun >/dev/null 2>&1; then",
         f"  {mpirun} {sampler} {quiet} _kh_sampler=$!",
         "else",
-        f"  {sampler} {quiet} _kh_sampler=$!  # no per-node launcher: this node only",
+        f"  {direct} {quiet} _kh_sampler=$!  # no per-node launcher: this node only",
         "fi",
     ]
     return lines

@@ -162,6 +162,29 @@ def test_a_sampler_whose_launcher_is_killed_stops_within_seconds_though_the_job_
             pass
 
 
+def test_a_sampler_whose_job_script_died_before_it_looked_stops_at_once_without_a_sample(tmp_path):
+    """A scancel in a job's first second killed the job script between its fork of the sampler and the sampler's
+    first look at its parent: the sampler, orphaned already, took init for what started it and sampled on with no
+    job (24 minutes when seen, on the test cluster). The script names itself; a sampler whose parent is not the
+    process it was told of is an orphan, whatever its parent is now (here the test, standing in for init)."""
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    (job_dir / SAMPLER_FILE).write_bytes(SAMPLER_SOURCE)
+    script = subprocess.Popen(["sleep", "60"])  # the job script it was told of: alive, but not its parent
+    try:
+        env = {**os.environ, "KAKEHASHI_SAMPLER_LAUNCHER": str(script.pid)}
+        sampler = subprocess.Popen(["sh", str(job_dir / SAMPLER_FILE), str(job_dir), "1", "/nonexistent", "n1"], env=env)
+        try:
+            assert sampler.wait(timeout=10) == 0
+        finally:
+            sampler.kill()  # not left running on the machine when this fails
+        log = (job_dir / "kakehashi-samples" / "n1.log").read_text()
+        assert log.startswith("# kakehashi-sampler 1 node=n1") and "\np " not in log
+    finally:
+        script.kill()
+        script.wait()
+
+
 def test_a_node_without_nvidia_smi_records_cpu_and_memory_and_says_so(tmp_path):
     job_dir = tmp_path / "job"
     job_dir.mkdir()
@@ -206,6 +229,10 @@ def test_every_rendered_script_starts_the_sampler_per_node_and_stops_it():
     assert script.index("kakehashi-exit-status") < script.index('kill "$_kh_sampler"') < script.index("exit \"$status\"")
     single = LocalBackend(None).render(JobSpec(name="kh-x", payload="true", walltime_seconds=60, sample_seconds=5))
     assert "srun" not in single and "mpirun" not in single and "_kh_sampler=$!" in single
+    # Started by the script itself, the sampler is told the script's process; through srun it has a launcher per node.
+    assert "KAKEHASHI_SAMPLER_LAUNCHER=$$ sh " in single
+    assert "srun --overlap --nodes=2 --ntasks=2 --ntasks-per-node=1 sh" in script
+    assert script.count("KAKEHASHI_SAMPLER_LAUNCHER=$$") == 1  # the fallback where no per-node launcher exists
     assert "kakehashi-sampler" not in SlurmBackend(None).render(JobSpec(name="kh-x", payload="t", walltime_seconds=60))
 
 

@@ -19,6 +19,7 @@ from portal.jobs.actions.validation import JobRequest
 from portal.jobs.models import Job, JobOutput, JobState
 from portal.usage.enforcement import enforce
 from tests.conftest import QUEUE_WAIT, ended_job, wait_for
+from tests.processes import live_processes
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -83,6 +84,10 @@ def test_cancels_and_walltime_kills_on_slurm_and_grid_engine_say_which_signal_en
         assert "exit code 0" not in told["page"] and "exit code 0" not in told["cli"], name
     for name in ("slurm-cancel", "sge-cancel"):
         assert ended[name].state_reason == "cancelled by alice", name
+        # Nothing of a cancelled job samples on: its sampler stops within a second of its script's end.
+        sampler = f"{ended[name].remote_dir}/kakehashi-sampler.sh"
+        wait_for(lambda s=sampler: not [c for _, c in live_processes().values() if s in c], timeout=10,
+                 message=f"the sampler of {name} to stop")
     log = wait_for(lambda: JobOutput.objects.filter(job=ended["slurm-exit-143"], stream="stdout", complete=True).first(),
                    message="the log of the job that exited 143")
     assert "exit status 143 ==" in bytes(log.data).decode()
