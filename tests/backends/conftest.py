@@ -10,7 +10,7 @@ import pytest
 
 from backends.base import JobSpec, Resources
 from backends.transport import CommandResult, Transport
-from tests.conftest import PORTS  # noqa: F401 - re-exported for the backend tests
+from tests.conftest import PORTS, QUEUE_WAIT  # noqa: F401 - PORTS re-exported for the backend tests
 
 
 class CountingTransport(Transport):
@@ -64,8 +64,9 @@ def make_spec(run_id, request):
     return make
 
 
-def wait_state(backend, job_id: str, done, timeout: float = 90, interval: float = 0.5):
-    """Poll statuses()/final_records() until `done(status_or_record)`; return what satisfied it."""
+def wait_state(backend, job_id: str, done, timeout: float = QUEUE_WAIT + 90, interval: float = 0.5):
+    """Poll statuses()/final_records() until `done(status_or_record)`; return what satisfied it (by default as long
+    as a job may queue behind another test's on the shared cluster, and run)."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:

@@ -15,6 +15,7 @@ import pytest
 
 from backends.base import Backend, JobSpec, Resources, State, SubmitRefused
 from tests.backends.conftest import wait_state
+from tests.conftest import QUEUE_WAIT
 
 pytestmark = pytest.mark.cluster
 
@@ -171,7 +172,7 @@ def test_a_job_that_exits_3_fails_with_exit_code_3(profile, backend, make_spec):
 def test_cancelling_a_running_job(profile, backend, make_spec):
     spec = make_spec("echo started\nsleep 300\n", group=profile.group)
     job_id = backend.submit(spec)
-    wait_state(backend, job_id, lambda s: s.state == State.RUNNING, timeout=60, interval=0.3)
+    wait_state(backend, job_id, lambda s: s.state == State.RUNNING, timeout=QUEUE_WAIT + 60, interval=0.3)
     backend.cancel(job_id)
     record = wait_state(backend, job_id, _final)
     assert record.state in {State.CANCELLED, State.FAILED}  # the portal knows it asked: see finish_job

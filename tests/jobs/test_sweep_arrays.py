@@ -17,7 +17,7 @@ from portal.jobs.actions.dispatch import dispatch_job, recover_stale_jobs
 from portal.jobs.actions.sweeps import SweepSubmission, submit_sweep
 from portal.jobs.actions.validation import JobRequest, SubmitError
 from portal.jobs.models import Job, JobGroup, JobOutput, JobState
-from tests.conftest import wait_for
+from tests.conftest import QUEUE_WAIT, wait_for
 
 pytestmark = [pytest.mark.cluster]
 
@@ -84,7 +84,7 @@ def test_cancelling_one_point_of_an_array_sweep_leaves_the_others_to_finish(clie
     script = 'if [ "$LR" = "stop" ]; then sleep 300; fi; echo "done $LR"\n'
     group = _sweep(hpc_site, slug, script, ["go", "stop", "go"]).group
     stop = group.jobs.get(array_index=2)
-    wait_for(lambda: Job.objects.filter(pk=stop.pk, state=JobState.RUNNING).exists(), timeout=90,
+    wait_for(lambda: Job.objects.filter(pk=stop.pk, state=JobState.RUNNING).exists(), timeout=QUEUE_WAIT + 90,
              message="the element that sleeps to run")
 
     client.force_login(hpc_site.alice)
