@@ -21,3 +21,8 @@ def live_processes() -> dict[int, tuple[int, str]]:
         if fields[0] != "Z":
             found[int(entry.name)] = (int(fields[1]), command)
     return found
+
+
+def running(fragment: str) -> list[str]:
+    """The command lines of the live processes that contain `fragment` (a job's sampler by its path, say)."""
+    return [command for _, command in live_processes().values() if fragment in command]

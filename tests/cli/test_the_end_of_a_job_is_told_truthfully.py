@@ -12,6 +12,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils.html import escape
 
+from backends.script import SAMPLER_FILE
 from portal.budgets.models import Budget
 from portal.catalog.models import HardwareType
 from portal.jobs.actions.submit import submit_job
@@ -19,7 +20,7 @@ from portal.jobs.actions.validation import JobRequest
 from portal.jobs.models import Job, JobOutput, JobState
 from portal.usage.enforcement import enforce
 from tests.conftest import QUEUE_WAIT, ended_job, wait_for
-from tests.processes import live_processes
+from tests.processes import running
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -85,8 +86,8 @@ def test_cancels_and_walltime_kills_on_slurm_and_grid_engine_say_which_signal_en
     for name in ("slurm-cancel", "sge-cancel"):
         assert ended[name].state_reason == "cancelled by alice", name
         # Nothing of a cancelled job samples on: its sampler stops within a second of its script's end.
-        sampler = f"{ended[name].remote_dir}/kakehashi-sampler.sh"
-        wait_for(lambda s=sampler: not [c for _, c in live_processes().values() if s in c], timeout=10,
+        sampler = f"{ended[name].remote_dir}/{SAMPLER_FILE}"
+        wait_for(lambda s=sampler: not running(s), timeout=10,
                  message=f"the sampler of {name} to stop")
     log = wait_for(lambda: JobOutput.objects.filter(job=ended["slurm-exit-143"], stream="stdout", complete=True).first(),
                    message="the log of the job that exited 143")

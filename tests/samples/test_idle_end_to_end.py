@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from backends.script import SAMPLER_FILE
 from portal.catalog.models import HardwareType
 from portal.jobs.actions.submit import submit_job
 from portal.jobs.actions.validation import JobRequest
@@ -30,7 +31,7 @@ from portal.samples.fetch import watch_cluster
 from portal.samples.models import IdleRule, JobSamples
 from tests.cli.conftest import cli_home, kakehashi_script, kh  # noqa: F401 - the CLI tests' fixtures, here too
 from tests.conftest import wait_for
-from tests.processes import live_processes
+from tests.processes import running
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("no_live_worker")]
 
@@ -144,6 +145,6 @@ def test_an_idle_two_node_job_is_sampled_on_every_node_warned_kept_and_cancelled
     # And nothing left running: no node's sampler outlives the cancelled job (on Grid Engine, qdel kills Open MPI's
     # daemon on the second node but not the sampler rank it started, which then stops on its own).
     assert job.remote_dir
-    sampler = f"{job.remote_dir}/kakehashi-sampler.sh"
-    cycle(lambda: not [c for _, c in live_processes().values() if sampler in c], "every node's sampler stopped",
+    sampler = f"{job.remote_dir}/{SAMPLER_FILE}"
+    cycle(lambda: not running(sampler), "every node's sampler stopped",
           timeout=15)
