@@ -307,11 +307,14 @@ def _comparison(job, user, form: JobForm) -> dict:
 def job_detail(request, pk: int):
     job = _job_or_404(request.user, pk)
     if request.htmx and request.GET.get("part") == "outputs":
-        response = render(request, "jobs/_outputs.html", _outputs_context(request, job))
         # The final fetch marks the logs complete, then collects outputs/: stop once that had time to happen,
-        # or a page polling in between would never show the files (a notebook job's executed notebook).
+        # or a page polling in between would never show the files (a notebook job's executed notebook). Decided
+        # before the part is rendered: decided after, a collection committing in between stopped the polling with a
+        # part rendered without its files, and the page said "No files" for good (seen under load in a full run).
         collected = job.outputs.filter(complete=True, fetched_at__lt=timezone.now() - COLLECT_GRACE).exists()
-        if job.is_final and (job.artifacts.exists() or job.outputs_not_collected or collected):
+        stop = job.is_final and (job.artifacts.exists() or job.outputs_not_collected or collected)
+        response = render(request, "jobs/_outputs.html", _outputs_context(request, job))
+        if stop:
             response.status_code = STOP_POLLING
         return response
     return render(request, "jobs/detail.html", {**_detail_context(request, job), **_outputs_context(request, job),

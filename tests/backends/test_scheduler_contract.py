@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import pytest
@@ -216,6 +216,13 @@ def test_an_impossible_request_is_refused_with_the_schedulers_own_message(profil
     assert profile.refusal in str(refused.value)
 
 
+def _settled(records: dict) -> dict:
+    """Records without the row's Partition: slurmdbd can record a job's end a moment before its partition (seen in a
+    full run: '' on one read, 'gpu' a second later), and nothing of the portal reads it."""
+    return {job_id: replace(record, raw={k: v for k, v in record.raw.items() if k != "Partition"})
+            for job_id, record in records.items()}
+
+
 def test_many_jobs_are_tracked_with_one_status_call(profile, backend, make_spec):
     submitted = datetime.now(UTC)
     ids = [backend.submit(make_spec(f"echo job-{i}\n", group=profile.group)) for i in range(6)]
@@ -232,7 +239,7 @@ def test_many_jobs_are_tracked_with_one_status_call(profile, backend, make_spec)
     # Told when they were submitted (as tracking tells it), the answer is the same, still from one command; on
     # Grid Engine that command reads the accounting file once for all six instead of once each.
     backend.transport.commands.clear()
-    assert backend.final_records(ids, submitted_since=submitted) == records
+    assert _settled(backend.final_records(ids, submitted_since=submitted)) == _settled(records)
     (command,) = backend.transport.commands
     if backend.kind == "sge":
         assert command.count("qacct") == 1 and "for id in" not in command, command

@@ -1,5 +1,6 @@
 """Small things the pages said that were not so: where a project's jobs run, parameters as Python dict text, an
-array element's two ids, where a notebook's cell output is, and two units for one upload limit."""
+array element's two ids, where a notebook's cell output is, two units for one upload limit, and outputs a job page
+stopped asking for before it listed them."""
 
 from __future__ import annotations
 
@@ -117,3 +118,37 @@ def test_a_running_job_the_budget_is_cancelling_says_so_until_the_scheduler_stop
     assert ("Cancel asked for (cancelled by your project&#x27;s strict budget: 10.00 of 5.00 points used (spent 0.00 "
             "+ running jobs 10.00)): waiting for the scheduler to stop the job.") in status
     assert 'data-cause="cancel_requested"' in status and "by the project&#x27;s strict budget" in status
+
+
+def test_a_job_page_that_stops_asking_for_outputs_shows_the_files_collected_while_it_asked(client, local_site):
+    """The part of the job page that lists outputs/ asks again every 3 s until the files are home. A collection
+    that commits while one answer is made (here: right when the answer reads the job's logs) must not end the asking
+    with an answer that lists nothing: seen under load as "No files in outputs/" for good beside an executed notebook."""
+    from django.db import connection
+    from django.utils import timezone
+
+    from portal.jobs.models import JobArtifact, JobOutput
+
+    job = Job.objects.create(project=local_site.project, user=local_site.alice, cluster=local_site.cluster,
+                             hardware=local_site.hardware, name="nb", scheduler_id="kh-1", remote_dir="/tmp/kh-1",
+                             state=JobState.COMPLETED, walltime_seconds=60)
+    for stream in ("stdout", "stderr"):
+        JobOutput.objects.create(job=job, stream=stream, complete=True, fetched_at=timezone.now())
+    collected = []
+
+    def collection_commits_meanwhile(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if "jobs_joboutput" in sql and not collected:
+            collected.append(JobArtifact.objects.create(job=job, path="result.csv", size=3, stored_name="x/result.csv"))
+        return result
+
+    client.force_login(local_site.alice)
+    with connection.execute_wrapper(collection_commits_meanwhile):
+        answer = client.get(reverse("job-detail", args=[job.pk]) + "?part=outputs", headers={"HX-Request": "true"})
+    assert collected, "the answer never read the job's logs: this test no longer races anything"
+    if answer.status_code == 286:  # the last answer the page asks for: it must list what is there
+        assert "result.csv" in answer.content.decode()
+    else:
+        assert answer.status_code == 200 and "No files" in answer.content.decode()
+        second = client.get(reverse("job-detail", args=[job.pk]) + "?part=outputs", headers={"HX-Request": "true"})
+        assert second.status_code == 286 and "result.csv" in second.content.decode()
