@@ -12,7 +12,7 @@ $(BIN)/python:
 
 # uv installs the packages: in parallel, ten times less CPU than pip for the suite's 200 (docs/decisions/0061).
 # PyTorch alone stays with pip, which finds the CPU build this machine keeps on disk through pip's own configuration.
-# requirements-excludes.txt: what no install takes (a dependency's extra that costs every import of nbformat 1.5 s).
+# requirements-excludes.txt: what no install takes (a dependency's extra that costs every import of nbformat 1.6 s of CPU).
 UV_VERSION := 0.13.9
 UV_INSTALL := $(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode --excludes requirements-excludes.txt
 $(BIN)/uv: | $(BIN)/python

@@ -93,8 +93,7 @@ class CommandLines(threading.Thread):
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
-        self.lines: dict[tuple[int, int], str] = {}
-        self.seconds: dict[int, list[int]] = collections.defaultdict(list)  # pid -> start seconds seen
+        self.lines: dict[int, dict[int, str]] = collections.defaultdict(dict)  # pid -> {start second: line}
         self.stop = threading.Event()
         self.boot = _boot_time()
 
@@ -104,14 +103,14 @@ class CommandLines(threading.Thread):
                 if not entry.isdigit():
                     continue
                 try:
-                    key = (int(entry), self.second(_stat(entry)[1]))
-                    if key in self.lines:
+                    pid = int(entry)
+                    second = self.second(_stat(entry)[1])
+                    if second in self.lines[pid]:
                         continue
                     raw = Path(f"/proc/{entry}/cmdline").read_bytes()
                 except OSError:
                     continue
-                self.lines[key] = raw.replace(b"\0", b" ")[:300].decode(errors="replace")
-                self.seconds[key[0]].append(key[1])
+                self.lines[pid][second] = raw.replace(b"\0", b" ")[:300].decode(errors="replace")
             self.stop.wait(0.5)
 
     def second(self, start_tick: int) -> int:
@@ -123,8 +122,8 @@ class CommandLines(threading.Thread):
         The two clocks drift apart after boot (acct's start time is the wall clock's, /proc's counts from boot: 1 s
         apart 40 minutes after a boot here, more later), so the nearest start within DRIFT seconds is taken; a
         window of ±1 s left a fifth of a run's CPU unnamed."""
-        seen = [s for s in self.seconds.get(pid, ()) if abs(s - started) <= DRIFT]
-        return self.lines[pid, min(seen, key=lambda s: abs(s - started))] if seen else ""
+        seen = {second: line for second, line in self.lines.get(pid, {}).items() if abs(second - started) <= DRIFT}
+        return seen[min(seen, key=lambda second: abs(second - started))] if seen else ""
 
 
 DRIFT = 10

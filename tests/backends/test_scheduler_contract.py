@@ -216,7 +216,7 @@ def test_an_impossible_request_is_refused_with_the_schedulers_own_message(profil
     assert profile.refusal in str(refused.value)
 
 
-def _settled(records: dict) -> dict:
+def _without_the_row(records: dict) -> dict:
     """Records without the scheduler's row as read (`raw`, which nothing of the portal reads): slurmdbd can record a
     job that started and ended within a second before it has the job's own record, and says JobName 'allocation' and
     Partition '' until it does (seen in full runs and reproduced here: a second later the name and 'gpu')."""
@@ -239,7 +239,7 @@ def test_many_jobs_are_tracked_with_one_status_call(profile, backend, make_spec)
     # Told when they were submitted (as tracking tells it), the answer is the same, still from one command; on
     # Grid Engine that command reads the accounting file once for all six instead of once each.
     backend.transport.commands.clear()
-    assert _settled(backend.final_records(ids, submitted_since=submitted)) == _settled(records)
+    assert _without_the_row(backend.final_records(ids, submitted_since=submitted)) == _without_the_row(records)
     (command,) = backend.transport.commands
     if backend.kind == "sge":
         assert command.count("qacct") == 1 and "for id in" not in command, command
