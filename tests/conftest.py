@@ -412,32 +412,50 @@ class TunnelProcess:
                 self.kill()
 
 
-def start_worker(name: str, queue: str, log_path: Path, **env_overrides: str) -> subprocess.Popen:
-    """A real `celery worker -B` process (its own session, so a test can kill it whole) on the test database."""
+def _started(proc: subprocess.Popen, log_path: Path, start: int, ready: bytes, what: str) -> subprocess.Popen:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the {what} exited at start; see {log_path}")
+        with open(log_path, "rb") as fh:
+            fh.seek(start)
+            if ready in fh.read():
+                return proc
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"the {what} did not become ready; see {log_path}")
+
+
+def start_worker(name: str, queue: str, log_path: Path, *, beat: bool = True, **env_overrides: str) -> subprocess.Popen:
+    """A real `celery worker` process (its own session, so a test can kill it whole) on the test database, with
+    beat inside it (`-B`) unless `beat=False` (then start_beat runs it apart, as docker-compose.yml does)."""
     env = portal_process_env(CELERY_TASK_DEFAULT_QUEUE=queue, **env_overrides)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     start = log_path.stat().st_size if log_path.exists() else 0
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             [
-                sys.executable, "-m", "celery", "-A", "workers", "worker", "-B",
-                "-s", str(Path(settings.VAR_DIR) / f"beat-schedule-{name}"),
+                sys.executable, "-m", "celery", "-A", "workers", "worker",
+                *(["-B", "-s", str(Path(settings.VAR_DIR) / f"beat-schedule-{name}")] if beat else []),
                 "-Q", queue, "--concurrency", "2", "--loglevel", "INFO",
                 "-n", f"{name}-{os.environ['KAKEHASHI_TEST_RUN']}@%h",
             ],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the Celery worker exited at start; see {log_path}")
-        with open(log_path, "rb") as fh:
-            fh.seek(start)
-            if b"ready." in fh.read():
-                return proc
-        time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError(f"the Celery worker did not become ready; see {log_path}")
+    return _started(proc, log_path, start, b"ready.", "Celery worker")
+
+
+def start_beat(name: str, queue: str, log_path: Path, **env_overrides: str) -> subprocess.Popen:
+    """`celery beat` on its own, sending the periodic tasks to `queue`."""
+    env = portal_process_env(CELERY_TASK_DEFAULT_QUEUE=queue, **env_overrides)
+    start = log_path.stat().st_size if log_path.exists() else 0
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "workers", "beat", "--loglevel", "INFO",
+             "-s", str(Path(settings.VAR_DIR) / f"beat-schedule-{name}")],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    return _started(proc, log_path, start, b"beat: Starting...", "Celery beat")
 
 
 def stop_worker(proc: subprocess.Popen) -> None:
@@ -450,10 +468,41 @@ def stop_worker(proc: subprocess.Popen) -> None:
             proc.wait(timeout=10)
 
 
+# The live worker: a `celery worker` and, apart from it as in docker-compose.yml, its `celery beat`. Both are kept for
+# the tests after the one that started them (slow to start); between the tests that hold the `live_worker` fixture the
+# beat is stopped (SIGSTOP) and continued when the next one begins: about three quarters of a run has no test that
+# wants it, and its sweeps (a tracking cycle each second, ~12 ms of CPU in the worker each) cost four workers about
+# 45 CPU-s a run. A stopped beat sends the sweeps that fell due as soon as it continues.
 _LIVE_WORKER: dict[str, subprocess.Popen] = {}
 # Settings the shared live worker is started with beyond the test settings: a test that changes a setting the
 # worker reads (the sessions hub's address) tells it through live_worker_knows; it keeps them for later tests.
 _LIVE_WORKER_ENV: dict[str, str] = {}
+_LIVE_WORKER_HELD: list[bool] = [False]  # whether a test holds the fixture now (its beat runs)
+
+
+def _live_beat_runs(runs: bool) -> None:
+    beat = _LIVE_WORKER.get("beat")
+    if beat is not None and beat.poll() is None:
+        os.kill(beat.pid, signal.SIGCONT if runs else signal.SIGSTOP)
+
+
+def _start_live_worker(log_path: Path) -> None:
+    queue = settings.CELERY_TASK_DEFAULT_QUEUE
+    _LIVE_WORKER["proc"] = start_worker("test", queue, log_path, beat=False, **_LIVE_WORKER_ENV)
+    _LIVE_WORKER["beat"] = start_beat("test", queue, log_path, **_LIVE_WORKER_ENV)
+    _live_beat_runs(_LIVE_WORKER_HELD[0])
+
+
+def _stop_live_worker() -> None:
+    _live_beat_runs(True)  # a stopped process keeps its SIGTERM pending
+    for name in ("beat", "proc"):
+        proc = _LIVE_WORKER.pop(name, None)
+        if proc is not None:
+            stop_worker(proc)
+
+
+def _live_worker_runs() -> bool:
+    return all(name in _LIVE_WORKER and _LIVE_WORKER[name].poll() is None for name in ("proc", "beat"))
 
 
 def live_worker_knows(**env: str) -> None:
@@ -462,32 +511,32 @@ def live_worker_knows(**env: str) -> None:
     if all(_LIVE_WORKER_ENV.get(name) == value for name, value in env.items()):
         return
     _LIVE_WORKER_ENV.update(env)
-    proc = _LIVE_WORKER.pop("proc", None)
-    if proc is not None and proc.poll() is None:
-        stop_worker(proc)
-        _LIVE_WORKER["proc"] = start_worker("test", settings.CELERY_TASK_DEFAULT_QUEUE, Path(settings.VAR_DIR) /
-                                            "worker.log", **_LIVE_WORKER_ENV)
+    if _live_worker_runs():
+        _stop_live_worker()
+        _start_live_worker(Path(settings.VAR_DIR) / "worker.log")
 
 
 @pytest.fixture(scope="session")
 def _live_worker_ends_with_the_session():
     yield
-    proc = _LIVE_WORKER.pop("proc", None)
-    if proc is not None:
-        stop_worker(proc)
+    _stop_live_worker()
 
 
 @pytest.fixture
 def live_worker(django_db_setup, django_db_blocker, worker_log_path, _live_worker_ends_with_the_session):
-    """A real Celery worker with beat on this run's Redis queue, using the test database.
+    """A real Celery worker and its beat on this run's Redis queue, using the test database.
 
     Started on first use and kept for the tests after (it is slow to start), until a test that must not share the
-    database with it asks for `no_live_worker`; the next test that wants one starts it again."""
-    proc = _LIVE_WORKER.get("proc")
-    if proc is None or proc.poll() is not None:
-        proc = _LIVE_WORKER["proc"] = start_worker("test", settings.CELERY_TASK_DEFAULT_QUEUE, worker_log_path,
-                                                   **_LIVE_WORKER_ENV)
-    return proc
+    database with it asks for `no_live_worker`; the next test that wants one starts it again. Its beat runs while a
+    test holds this fixture."""
+    if not _live_worker_runs():
+        _stop_live_worker()
+        _start_live_worker(worker_log_path)
+    _LIVE_WORKER_HELD[0] = True
+    _live_beat_runs(True)
+    yield _LIVE_WORKER["proc"]
+    _LIVE_WORKER_HELD[0] = False
+    _live_beat_runs(False)
 
 
 @pytest.fixture
@@ -495,9 +544,7 @@ def no_live_worker():
     """Stop the live worker an earlier test left running: its beat tracks every cluster in the test database each
     second and it consumes the default queue, so it would dispatch, track and notify this test's jobs first (in
     its own process, where this test's locmem outbox and eager settings do not reach)."""
-    proc = _LIVE_WORKER.pop("proc", None)
-    if proc is not None:
-        stop_worker(proc)
+    _stop_live_worker()
 
 
 @pytest.fixture
