@@ -412,50 +412,45 @@ class TunnelProcess:
                 self.kill()
 
 
-def _started(proc: subprocess.Popen, log_path: Path, start: int, ready: bytes, what: str) -> subprocess.Popen:
+def _start_celery(command: list[str], queue: str, log_path: Path, ready: bytes, env_overrides: dict[str, str]
+                  ) -> subprocess.Popen:
+    """`celery -A workers <command>` on this run's `queue`, in a session of its own (so a test can kill it whole),
+    appending to `log_path`; returned once the log says `ready`."""
+    env = portal_process_env(CELERY_TASK_DEFAULT_QUEUE=queue, **env_overrides)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    start = log_path.stat().st_size if log_path.exists() else 0
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "workers", *command], cwd=ROOT, env=env,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"the {what} exited at start; see {log_path}")
+            raise RuntimeError(f"celery {command[0]} exited at start; see {log_path}")
         with open(log_path, "rb") as fh:
             fh.seek(start)
             if ready in fh.read():
                 return proc
         time.sleep(0.2)
     proc.kill()
-    raise RuntimeError(f"the {what} did not become ready; see {log_path}")
+    raise RuntimeError(f"celery {command[0]} did not become ready; see {log_path}")
+
+
+def _beat_schedule(name: str) -> str:
+    return str(Path(settings.VAR_DIR) / f"beat-schedule-{name}")
 
 
 def start_worker(name: str, queue: str, log_path: Path, *, beat: bool = True, **env_overrides: str) -> subprocess.Popen:
-    """A real `celery worker` process (its own session, so a test can kill it whole) on the test database, with
-    beat inside it (`-B`) unless `beat=False` (then start_beat runs it apart, as docker-compose.yml does)."""
-    env = portal_process_env(CELERY_TASK_DEFAULT_QUEUE=queue, **env_overrides)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    start = log_path.stat().st_size if log_path.exists() else 0
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "celery", "-A", "workers", "worker",
-                *(["-B", "-s", str(Path(settings.VAR_DIR) / f"beat-schedule-{name}")] if beat else []),
-                "-Q", queue, "--concurrency", "2", "--loglevel", "INFO",
-                "-n", f"{name}-{os.environ['KAKEHASHI_TEST_RUN']}@%h",
-            ],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-    return _started(proc, log_path, start, b"ready.", "Celery worker")
+    """A real `celery worker` on the test database, with beat inside it (`-B`) unless `beat=False` (then start_beat
+    runs it apart, as docker-compose.yml does)."""
+    command = ["worker", *(["-B", "-s", _beat_schedule(name)] if beat else []), "-Q", queue, "--concurrency", "2",
+               "--loglevel", "INFO", "-n", f"{name}-{os.environ['KAKEHASHI_TEST_RUN']}@%h"]
+    return _start_celery(command, queue, log_path, b"ready.", env_overrides)
 
 
 def start_beat(name: str, queue: str, log_path: Path, **env_overrides: str) -> subprocess.Popen:
     """`celery beat` on its own, sending the periodic tasks to `queue`."""
-    env = portal_process_env(CELERY_TASK_DEFAULT_QUEUE=queue, **env_overrides)
-    start = log_path.stat().st_size if log_path.exists() else 0
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "workers", "beat", "--loglevel", "INFO",
-             "-s", str(Path(settings.VAR_DIR) / f"beat-schedule-{name}")],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-    return _started(proc, log_path, start, b"beat: Starting...", "Celery beat")
+    command = ["beat", "--loglevel", "INFO", "-s", _beat_schedule(name)]
+    return _start_celery(command, queue, log_path, b"beat: Starting...", env_overrides)
 
 
 def stop_worker(proc: subprocess.Popen) -> None:
@@ -479,7 +474,7 @@ _LIVE_WORKER: dict[str, subprocess.Popen] = {}
 # Settings the shared live worker is started with beyond the test settings: a test that changes a setting the
 # worker reads (the sessions hub's address) tells it through live_worker_knows; it keeps them for later tests.
 _LIVE_WORKER_ENV: dict[str, str] = {}
-_LIVE_WORKER_HELD: list[bool] = [False]  # whether a test holds the fixture now (its beat runs)
+_LIVE_WORKER_HELD = False  # whether a test holds the fixture now: its beat runs
 
 
 def _live_beat_runs(runs: bool) -> None:
@@ -492,7 +487,7 @@ def _start_live_worker(log_path: Path) -> None:
     queue = settings.CELERY_TASK_DEFAULT_QUEUE
     _LIVE_WORKER["proc"] = start_worker("test", queue, log_path, beat=False, **_LIVE_WORKER_ENV)
     _LIVE_WORKER["beat"] = start_beat("test", queue, log_path, **_LIVE_WORKER_ENV)
-    _live_beat_runs(_LIVE_WORKER_HELD[0])
+    _live_beat_runs(_LIVE_WORKER_HELD)
 
 
 def _stop_live_worker() -> None:
@@ -531,13 +526,15 @@ def live_worker(django_db_setup, django_db_blocker, worker_log_path, _live_worke
     Started on first use and kept for the tests after (it is slow to start), until a test that must not share the
     database with it asks for `no_live_worker`; the next test that wants one starts it again. Its beat runs while a
     test holds this fixture."""
-    if not _live_worker_runs():
+    global _LIVE_WORKER_HELD
+    _LIVE_WORKER_HELD = True
+    if _live_worker_runs():
+        _live_beat_runs(True)
+    else:
         _stop_live_worker()
         _start_live_worker(worker_log_path)
-    _LIVE_WORKER_HELD[0] = True
-    _live_beat_runs(True)
     yield _LIVE_WORKER["proc"]
-    _LIVE_WORKER_HELD[0] = False
+    _LIVE_WORKER_HELD = False
     _live_beat_runs(False)
 
 
