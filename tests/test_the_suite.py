@@ -147,6 +147,55 @@ def test_tests_that_share_a_module_fixture_or_stop_the_live_worker_run_on_one_xd
     assert len(lines) == 10 and len(shares) == 1 and len(stops) == 1, done.stdout[-3000:]
 
 
+@pytest.mark.long
+def test_the_live_workers_beat_sends_nothing_between_the_tests_that_hold_it_and_sweeps_again_in_the_next():
+    """The beat of the shared live worker is stopped once a test that holds `live_worker` ends (about 30 CPU-s a run
+    of sweeps nobody waits for) and continued when the next such test begins."""
+    probe = ROOT / "tests" / f"test_zz_probe_beat_{os.getpid()}.py"
+    probe.write_text(textwrap.dedent('''
+        import time
+        from pathlib import Path
+
+        import pytest
+        from django.conf import settings
+
+        from tests import conftest
+
+        pytestmark = pytest.mark.django_db(transaction=True)
+
+        def _state():
+            return Path(f"/proc/{conftest._LIVE_WORKER['beat'].pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+        def _sweeps():
+            return (Path(settings.VAR_DIR) / "worker.log").read_text().count("track_all_clusters_task")
+
+        def test_1_holds_it(live_worker):
+            assert _state() in "SR"
+            time.sleep(2)
+            print("BEAT", "held", _sweeps() > 0)
+
+        def test_2_does_not():
+            before = _sweeps()
+            time.sleep(4)
+            print("BEAT", "between", _state(), _sweeps() - before)
+
+        def test_3_holds_it_again(live_worker):
+            before = _sweeps()
+            time.sleep(3)
+            print("BEAT", "again", _sweeps() > before)
+    '''))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "KAKEHASHI_", "CELERY_", "CACHE_"))}
+    try:
+        done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rP", "-q",
+                               str(probe.relative_to(ROOT))], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=240)
+    finally:
+        probe.unlink()
+    assert done.returncode == 0, done.stdout[-3000:]
+    said = [line.split()[1:] for line in done.stdout.splitlines() if line.startswith("BEAT")]
+    assert said == [["held", "True"], ["between", "T", "0"], ["again", "True"]], done.stdout[-3000:]
+
+
 def test_every_collected_test_has_an_id_of_its_own(request):
     """xdist schedules tests by id: two tests with one id are one test to it, and the second never runs (49 of the 50
     schemathesis operation tests, until tests/conftest.py's _IdsForPytest9). This sees the whole run's collection."""
