@@ -255,13 +255,20 @@ def test_a_port_another_program_listens_on_where_rank_0_will_is_skipped_for_the_
     script = PBSBackend(None).render(spec())
     lines = [line for line in script.splitlines()
              if line.startswith(("_kh_id_digits=", "export MASTER_PORT=", "for _kh_try in"))]
-    with socket.socket() as taken:  # job 36's port, held as a job whose id also ends in 036 would
+
+    def free(port: int) -> bool:
+        with socket.socket() as probe:
+            return probe.connect_ex(("127.0.0.1", port)) != 0
+
+    # A job id whose port and the next are free now: the shared test cluster's own trainings take ports of this range.
+    job = next(n for n in range(36, 999) if free(29500 + n) and free(29501 + n))
+    with socket.socket() as taken:  # the job's port, held as a job whose id ends in the same three digits would
         taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        taken.bind(("127.0.0.1", 29536))
+        taken.bind(("127.0.0.1", 29500 + job))
         taken.listen()
         result = subprocess.run(["bash", "-c", "\n".join(["MASTER_ADDR=127.0.0.1", *lines, 'printf %s "$MASTER_PORT"'])],
-                                capture_output=True, env={"PATH": os.environ["PATH"], "PBS_JOBID": "36"}, text=True)
-    assert (result.stdout, result.stderr) == ("29537", "")
+                                capture_output=True, env={"PATH": os.environ["PATH"], "PBS_JOBID": str(job)}, text=True)
+    assert (result.stdout, result.stderr) == (str(29501 + job), "")
 
 
 # ------------------------------------------------------------------------------------------------ submitting
