@@ -11,7 +11,6 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 # uv installs the packages: in parallel, ten times less CPU than pip for the suite's 200 (docs/decisions/0061).
-# PyTorch alone stays with pip, which finds the CPU build this machine keeps on disk through pip's own configuration.
 # requirements-excludes.txt: what no install takes (a dependency's extra that costs every import of nbformat 1.6 s of CPU).
 UV_VERSION := 0.13.9
 UV_INSTALL := $(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode --excludes requirements-excludes.txt
@@ -47,8 +46,14 @@ dev-venv: $(VENV)/.dev
 ## machine; without it the job form says why they cannot (docs/decisions/0035)
 torch: $(VENV)/.torch
 
-$(VENV)/.torch: requirements-torch.txt | $(BIN)/python
-	$(BIN)/pip install -q -r requirements-torch.txt
+# uv does not read pip's configuration, where this project's machines name the folder that holds the CPU build of
+# PyTorch and the versions they cap (pip's global.find-links and global.constraint): both are handed to uv, which then
+# installs from its cache in 8 s of wall time where pip unpacked the 190-MB wheel again in 18 (every fresh clone's
+# `make test`). Where pip's configuration names neither, uv takes the build PyPI offers, as pip would (decision 0061).
+TORCH_LINKS = $(foreach links,$(shell $(BIN)/pip config get global.find-links 2>/dev/null),--find-links $(links)) \
+	$(foreach caps,$(shell $(BIN)/pip config get global.constraint 2>/dev/null),--constraint $(caps))
+$(VENV)/.torch: requirements-torch.txt | $(BIN)/uv
+	$(UV_INSTALL) $(TORCH_LINKS) -r requirements-torch.txt
 	touch $@
 
 ## run: the portal on http://127.0.0.1:8000 with a Celery worker — SQLite, a file-system broker, local backend —
