@@ -43,6 +43,20 @@ def usage(project: Project) -> Usage:
     return Usage(quota_of(project), stored, uploading)
 
 
+def usages(projects: list[Project]) -> list[tuple[Project, Usage]]:
+    """`usage` of each project, in two statements however many there are (the Data page lists a site admin's every
+    project: two statements each made a page of twenty projects forty statements more)."""
+    from portal.storage.models import StoredFile, UploadSession, UploadState
+
+    ids = [project.pk for project in projects]
+    stored = dict(StoredFile.objects.filter(project_id__in=ids).values("project_id").order_by().annotate(n=Sum("size"))
+                  .values_list("project_id", "n"))
+    uploading = dict(UploadSession.objects.filter(project_id__in=ids, state=UploadState.OPEN).values("project_id").order_by()
+                     .annotate(n=Sum("size")).values_list("project_id", "n"))
+    return [(project, Usage(quota_of(project), stored.get(project.pk) or 0, uploading.get(project.pk) or 0))
+            for project in projects]
+
+
 def size_text(n: int | float, *, exact: bool = False) -> str:
     """The one unit rule for sizes, on pages (the `size` filter), in messages, in upload.js and the CLI: binary
     multiples named as such (1.0 GiB is 1,073,741,824 bytes; Django's filesizeformat calls that "1.0 GB").

@@ -156,6 +156,8 @@ def _data_page(request, projects, *, form: UploadForm | None = None, dataset_for
     # Your uploads not finished: they hold quota until completed or aborted (or abandoned after a day).
     unfinished = visible_uploads(request.user).filter(state=UploadState.OPEN)
     folders = Folder.objects.filter(project__in=access.visible_projects(request.user))
+    # Read once for what the page derives from them (the forms' project choices read their own).
+    upload_projects = list(projects)
     if project_filter:
         files = files.filter(project__slug=project_filter)
         datasets = datasets.filter(project__slug=project_filter)
@@ -164,8 +166,8 @@ def _data_page(request, projects, *, form: UploadForm | None = None, dataset_for
         folders = folders.filter(project__slug=project_filter)
     return render(request, "storage/data.html", {
         "direct_upload": objectstore.configured(),
-        "upload_projects": projects,
-        "quotas": [(p.slug, quota.usage(p)) for p in projects[:20]],
+        "upload_projects": upload_projects,
+        "quotas": [(p.slug, usage) for p, usage in quota.usages(upload_projects[:20])],
         "form": form,
         "dataset_form": dataset_form,
         "files_page": (files_page := Paginator(files, PAGE).get_page(request.GET.get("page"))),
@@ -180,12 +182,12 @@ def _data_page(request, projects, *, form: UploadForm | None = None, dataset_for
         "unfinished_uploads": unfinished.order_by("-last_activity_at")[:50],
         # Folders of the files on this page, and those made on purpose (empty ones included).
         "folders": manage.folders_of([(f.project.slug, f.path) for f in files], folders),
-        "manageable": set(projects.values_list("slug", flat=True)),
+        "manageable": {p.slug for p in upload_projects},
         "abandon_hours": settings.KAKEHASHI_UPLOAD_ABANDON_HOURS,
         "browser_part_bytes": settings.KAKEHASHI_BROWSER_UPLOAD_PART_BYTES,
-        "projects": access.visible_projects(request.user),
+        "projects": list(access.visible_projects(request.user)),
         "project_filter": project_filter,
-        "can_upload": projects.exists(),
+        "can_upload": bool(upload_projects),
         "max_upload_bytes": actions.max_upload_bytes(),
         "nav": "data",
     }, status=status)

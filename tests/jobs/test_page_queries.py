@@ -413,3 +413,27 @@ def test_the_data_page_costs_as_many_queries_with_300_files_and_datasets_as_with
     assert f'href="?project={local_site.project.slug}&amp;page=3"' in second
     third = client.get(reverse("data") + "?datasets_page=3").content.decode()
     assert "Datasets 201–300 of 300" in third and "<code>set299</code>" in third and "<code>set199</code>" not in third
+
+
+def test_the_data_page_costs_as_many_queries_for_a_member_of_20_projects_as_of_1_and_shows_each_ones_usage(
+        client, local_site):
+    """The storage box lists the quota use of every project (up to 20) one may upload to: each its own bytes, in
+    statements that do not grow with the projects."""
+    from portal.projects.models import Membership, Project, Role
+    from portal.storage.models import StoredFile, UploadSession, UploadState
+
+    def projects(start: int, end: int) -> None:
+        for i in range(start, end):
+            project = Project.objects.create(slug=f"p{i:02d}", name=f"Project {i}", storage_quota_bytes=10_000)
+            Membership.objects.create(user=local_site.alice, project=project, role=Role.MEMBER)
+            StoredFile.objects.create(project=project, path="a.bin", storage_name=f"q/{i}", size=100 + i,
+                                      sha256="0" * 64, uploaded_by=local_site.alice)
+            UploadSession.objects.create(project=project, path="b.bin", key=f"u/{i}", size=1000 + i, part_size=1000 + i,
+                                         state=UploadState.OPEN, created_by=local_site.alice)
+
+    projects(0, 1)
+    few, many = _grows(client, local_site, lambda: reverse("data"), lambda: projects(1, 19))
+    assert many == few
+    box = client.get(reverse("data")).content.decode().split('id="storage-quotas"')[1].split("</ul>")[0]
+    assert '<span class="font-monospace">p07</span>: 107 B of 9.8 KiB (1007 B uploading)' in box
+    assert '<span class="font-monospace">p18</span>: 118 B of 9.8 KiB (1018 B uploading)' in box
