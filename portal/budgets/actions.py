@@ -95,10 +95,13 @@ def conversion(from_unit: str, to_unit: str) -> Callable[[Decimal], Decimal]:
     """`convert` from one unit to another, looked up once (a report converts many amounts with it)."""
     if from_unit == to_unit:
         return lambda amount: amount
-    direct = UnitConversion.objects.filter(from_unit=from_unit, to_unit=to_unit).first()
+    # Both directions in one statement; the direct one wins where a site admin set both.
+    found = {(row.from_unit, row.to_unit): row for row in UnitConversion.objects.filter(
+        Q(from_unit=from_unit, to_unit=to_unit) | Q(from_unit=to_unit, to_unit=from_unit))}
+    direct = found.get((from_unit, to_unit))
     if direct:
         return lambda amount: amount * direct.factor
-    inverse = UnitConversion.objects.filter(from_unit=to_unit, to_unit=from_unit).first()
+    inverse = found.get((to_unit, from_unit))
     if inverse and inverse.factor:
         return lambda amount: amount / inverse.factor
     raise NoConversion(f"no conversion from {from_unit} to {to_unit} is set; ask a site admin to add one")

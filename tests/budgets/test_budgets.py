@@ -206,3 +206,20 @@ def test_costs_convert_between_units_an_admin_set(local_site):
     UnitConversion.objects.create(from_unit="USD", to_unit="JPY", factor=Decimal("150"))
     sub = submit_job(local_site.alice, _request(local_site))
     assert (sub.estimate.amount, sub.estimate.unit) == (Decimal("1500.0000"), "JPY")
+
+
+@pytest.mark.django_db
+def test_a_conversion_set_one_way_converts_both_ways_and_is_found_in_one_statement_the_direct_one_first():
+    from django.test.utils import CaptureQueriesContext
+
+    from portal.budgets.models import UnitConversion
+
+    UnitConversion.objects.create(from_unit="USD", to_unit="JPY", factor=Decimal("150"))
+    with CaptureQueriesContext(connection) as both:
+        assert budgets.convert(Decimal("3"), "USD", "JPY") == Decimal("450")
+        assert budgets.convert(Decimal("450"), "JPY", "USD") == Decimal("3")
+    assert len(both.captured_queries) == 2
+    UnitConversion.objects.create(from_unit="JPY", to_unit="USD", factor=Decimal("0.01"))  # set both: each its own
+    assert budgets.convert(Decimal("450"), "JPY", "USD") == Decimal("4.5")
+    with pytest.raises(budgets.NoConversion, match="no conversion from EUR to JPY"):
+        budgets.convert(Decimal("1"), "EUR", "JPY")
