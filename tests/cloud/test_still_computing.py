@@ -32,6 +32,8 @@ from portal.samples.fetch import watch_cluster
 from portal.samples.models import IdleRule, JobSamples
 from tests.cloud.test_cloud_jobs import submitted
 from tests.conftest import wait_for
+from tests.processes import live_processes
+from tests.processes import running as running_here
 
 pytestmark = pytest.mark.django_db
 STANDIN = Path(__file__).parents[1] / "cluster" / "nvidia-smi-standin"
@@ -40,8 +42,8 @@ FIXTURES = Path(__file__).parents[1] / "backends" / "fixtures" / "nvidia_smi"
 
 def container(backend, job: Job, store, workdir: Path, gpus: str) -> subprocess.Popen:
     """The job's container command as Batch runs it (its definition's environment, Batch's own variables), on a
-    "host" whose nvidia-smi answers `gpus` (a fixture): a directory of its own first on the PATH. Its own session,
-    so the test ends it whole (entrypoint, job script, payload and sampler)."""
+    "host" whose nvidia-smi answers `gpus` (a fixture): a directory of its own first on the PATH. end_container ends
+    it whole (entrypoint, job script, payload and sampler)."""
     described = backend.aws.batch.describe_jobs(jobs=[job.scheduler_id])["jobs"][0]["container"]
     tools = workdir / "bin"
     tools.mkdir(parents=True)
@@ -54,6 +56,37 @@ def container(backend, job: Job, store, workdir: Path, gpus: str) -> subprocess.
            **{e["name"]: e["value"] for e in described["environment"] if not e["name"].startswith("AWS_BATCH")}}
     return subprocess.Popen([sys.executable, "-c", described["command"][2]], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, start_new_session=True)
+
+
+def end_container(process: subprocess.Popen) -> None:
+    """Stop a container as Batch does, every process in it: the entrypoint starts the job script in a session of its
+    own (so that it can signal the job's processes whole), which a signal to the entrypoint's group alone misses.
+    Each process is stopped first, until none is found that is not, so that none forks a child after the list was
+    read; then all are killed."""
+    tree: set[int] = set()
+    while True:
+        processes = live_processes()
+        found, frontier = {process.pid}, [process.pid]
+        while frontier:
+            parent = frontier.pop()
+            children = [pid for pid, (ppid, _) in processes.items() if ppid == parent and pid not in found]
+            found.update(children)
+            frontier.extend(children)
+        if found <= tree:
+            break
+        for pid in found - tree:
+            _signal(pid, signal.SIGSTOP)
+        tree |= found
+    for pid in tree:
+        _signal(pid, signal.SIGKILL)
+    process.wait(timeout=10)
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
 
 
 def row_of(page: str, job: Job) -> str:
@@ -94,8 +127,8 @@ def test_the_site_page_says_which_cloud_job_still_computes_and_which_has_been_id
         assert all(p.poll() is None for p in running)  # judged while the containers still run
     finally:
         for process in running:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
+            end_container(process)
+    assert running_here(str(tmp_path)) == []  # nothing of either container is left (its sampler pushing on)
     assert Job.objects.get(pk=idle.pk).state == JobState.RUNNING
 
     report = cloud.reconcile(aws)
