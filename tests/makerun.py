@@ -17,7 +17,7 @@ from pathlib import Path
 
 import requests
 
-from tests.processes import live_processes
+from tests.processes import descendants
 from tests.seaweedfs import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,20 +43,6 @@ def _embedded_env(var: Path, port: int, **overrides: str) -> dict[str, str]:
         **overrides,
     })
     return env
-
-
-def _children(pid: int) -> dict[int, str]:
-    """Every live descendant of `pid` (pid -> command line), read from /proc."""
-    processes = live_processes()
-    found: dict[int, str] = {}
-    frontier = [pid]
-    while frontier:
-        parent = frontier.pop()
-        for child, (ppid, command) in processes.items():
-            if ppid == parent and child not in found:
-                found[child] = command
-                frontier.append(child)
-    return found
 
 
 def _alive(pid: int) -> bool:
@@ -127,7 +113,7 @@ class Stack:
         raise AssertionError(f"make run not ready in {timeout} s:\n{self.log()[-3000:]}")
 
     def worker_pid(self) -> int | None:
-        for pid, command in _children(self.proc.pid).items():
+        for pid, command in descendants(self.proc.pid).items():
             if re.search(r"celery -A workers worker", command) and self._parent(pid) == self.proc.pid:
                 return pid
         return None
@@ -149,7 +135,7 @@ class Stack:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
         # Whatever the launcher left (the tests below look for leftovers themselves) is not left for others.
-        for pid in _children(self.proc.pid):
+        for pid in descendants(self.proc.pid):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:

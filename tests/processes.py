@@ -23,6 +23,20 @@ def live_processes() -> dict[int, tuple[int, str]]:
     return found
 
 
+def descendants(pid: int) -> dict[int, str]:
+    """Every live descendant of `pid` (pid -> command line): children, their children, and so on."""
+    processes = live_processes()
+    found: dict[int, str] = {}
+    frontier = [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child, (ppid, command) in processes.items():
+            if ppid == parent and child not in found:
+                found[child] = command
+                frontier.append(child)
+    return found
+
+
 def running(fragment: str) -> list[str]:
     """The command lines of the live processes that contain `fragment` (a job's sampler by its path, say)."""
     return [command for _, command in live_processes().values() if fragment in command]

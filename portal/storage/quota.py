@@ -36,11 +36,7 @@ def quota_of(project: Project) -> int | None:
 
 
 def usage(project: Project) -> Usage:
-    from portal.storage.models import StoredFile, UploadSession, UploadState
-
-    stored = StoredFile.objects.filter(project=project).aggregate(n=Sum("size"))["n"] or 0
-    uploading = UploadSession.objects.filter(project=project, state=UploadState.OPEN).aggregate(n=Sum("size"))["n"] or 0
-    return Usage(quota_of(project), stored, uploading)
+    return usages([project])[0][1]
 
 
 def usages(projects: list[Project]) -> list[tuple[Project, Usage]]:

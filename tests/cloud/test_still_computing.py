@@ -32,7 +32,7 @@ from portal.samples.fetch import watch_cluster
 from portal.samples.models import IdleRule, JobSamples
 from tests.cloud.test_cloud_jobs import submitted
 from tests.conftest import wait_for
-from tests.processes import live_processes
+from tests.processes import descendants
 from tests.processes import running as running_here
 
 pytestmark = pytest.mark.django_db
@@ -64,16 +64,7 @@ def end_container(process: subprocess.Popen) -> None:
     Each process is stopped first, until none is found that is not, so that none forks a child after the list was
     read; then all are killed."""
     tree: set[int] = set()
-    while True:
-        processes = live_processes()
-        found, frontier = {process.pid}, [process.pid]
-        while frontier:
-            parent = frontier.pop()
-            children = [pid for pid, (ppid, _) in processes.items() if ppid == parent and pid not in found]
-            found.update(children)
-            frontier.extend(children)
-        if found <= tree:
-            break
+    while (found := {process.pid, *descendants(process.pid)}) - tree:
         for pid in found - tree:
             _signal(pid, signal.SIGSTOP)
         tree |= found

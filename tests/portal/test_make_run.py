@@ -17,7 +17,8 @@ import time
 import pytest
 import requests
 
-from tests.makerun import FINAL, ROOT, Stack, _alive, _children, _embedded_env, _port_free
+from tests.makerun import FINAL, ROOT, Stack, _alive, _embedded_env, _port_free
+from tests.processes import descendants
 
 
 @pytest.fixture
@@ -156,7 +157,7 @@ STOPS = {
 def test_make_run_stops_every_child_and_frees_the_port_however_it_is_stopped(make_run, how):
     signum, to_group = STOPS[how]
     stack = make_run()
-    children = _children(stack.proc.pid)
+    children = descendants(stack.proc.pid)
     assert any("runserver" in c for c in children.values())
     assert any("worker" in c for c in children.values()) and any(" beat " in c for c in children.values())
     assert not _port_free(stack.port)
@@ -208,7 +209,7 @@ def test_make_run_on_a_taken_port_says_so_and_exits_2(tmp_path):
 
 def test_killing_make_run_outright_still_stops_its_children_and_frees_the_port(make_run):
     stack = make_run()
-    children = _children(stack.proc.pid)
+    children = descendants(stack.proc.pid)
     os.kill(stack.proc.pid, signal.SIGKILL)
     stack.proc.wait(timeout=10)
     deadline = time.monotonic() + 20

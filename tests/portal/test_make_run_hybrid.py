@@ -20,7 +20,8 @@ from playwright.sync_api import expect
 
 from tests.browser.conftest import new_page, shots  # noqa: F401 - the browser tests' fixtures, here too
 from tests.hub.conftest import install_proxy
-from tests.makerun import Stack, _alive, _children
+from tests.makerun import Stack, _alive
+from tests.processes import descendants
 from tests.seaweedfs import free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.hub]
@@ -121,7 +122,7 @@ def test_make_run_starts_the_store_and_the_hub_and_a_newcomer_uploads_and_submit
     shots(lab, "lab-executed", full_page=False)
 
     # Ctrl-C stops everything it started: the store, the hub, its proxy and the Lab server too.
-    everything = _children(stack.proc.pid)
+    everything = descendants(stack.proc.pid)
     assert any("weed" in c for c in everything.values()) and any("configurable-http-proxy" in c
                                                                   for c in everything.values())
     stack.proc.send_signal(signal.SIGINT)
@@ -144,7 +145,7 @@ def test_without_node_make_run_says_the_hub_needs_it_and_starts_the_rest(tmp_pat
         log = stack.log()
         assert "JupyterHub: not started, because Node.js is missing" in log
         assert re.search(r"object store: SeaweedFS S3 on http://127\.0\.0\.1:\d+, bucket kakehashi", log)
-        assert not any("jupyterhub" in c for c in _children(stack.proc.pid).values())
+        assert not any("jupyterhub" in c for c in descendants(stack.proc.pid).values())
     finally:
         stack.close()
 
@@ -154,7 +155,7 @@ def test_with_kakehashi_run_minimal_make_run_is_the_portal_alone(tmp_path):
     try:
         stack.wait_ready()
         assert "KAKEHASHI_RUN=minimal: no object store (files on the portal's disk) and no JupyterHub" in stack.log()
-        assert not any("weed" in c or "jupyterhub" in c for c in _children(stack.proc.pid).values())
+        assert not any("weed" in c or "jupyterhub" in c for c in descendants(stack.proc.pid).values())
     finally:
         stack.close()
 
